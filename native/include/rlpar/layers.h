@@ -1,0 +1,46 @@
+// rlpar/layers.h — forward/backward kernels over raw pointers (row-major, batch first).
+//
+// Each backward *adds* parameter gradients into dw/db (the caller zeroes the flat gradient once)
+// and *writes* the input gradient dx (pass dx = nullptr when it is not needed, e.g. for the first
+// layer, whose input is data).
+#pragma once
+
+#include <cstdint>
+
+namespace rlpar::layers {
+
+// x: [B, in], w: [in, out], b: [out] -> y: [B, out]
+void linear_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
+                    int64_t in, int64_t out);
+// dy: [B, out] -> dx: [B, in] (nullable), dw += x^T dy, db += sum_b dy
+void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                     const float* w, int64_t batch, int64_t in, int64_t out);
+
+struct ConvShape {
+  int64_t h, w, c;        // input, channels last
+  int64_t oh, ow, oc;     // output, channels last
+  int64_t k, stride, pad;
+  int64_t patch() const { return k * k * c; }     // columns of the im2col matrix
+  int64_t positions() const { return oh * ow; }   // rows per sample
+};
+
+// Output spatial size, or <= 0 when the kernel does not fit.
+int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad);
+
+// x: [B, H, W, C], w: [K, K, C, OC], b: [OC] -> y: [B, OH, OW, OC]. `col` is scratch for
+// `chunk` samples: [chunk * OH * OW, K * K * C].
+void conv2d_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
+                    const ConvShape& s, float* col, int64_t chunk);
+// dy: [B, OH, OW, OC] -> dx: [B, H, W, C] (nullable), dw += ..., db += ...
+void conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                     const float* w, int64_t batch, const ConvShape& s, float* col, int64_t chunk);
+
+// In-place safe: y may equal x.
+void relu_forward(float* y, const float* x, int64_t n);
+// dx = dy * (y > 0); dx may equal dy.
+void relu_backward(float* dx, const float* dy, const float* y, int64_t n);
+void tanh_forward(float* y, const float* x, int64_t n);
+// dx = dy * (1 - y^2); dx may equal dy.
+void tanh_backward(float* dx, const float* dy, const float* y, int64_t n);
+
+}  // namespace rlpar::layers

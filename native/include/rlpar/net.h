@@ -1,0 +1,193 @@
+// rlpar/net.h — one network object shared by every thread.
+//
+// A `Net` holds only the architecture: the layer list, the shapes, and where each parameter lives
+// in one flat float32 buffer. It holds no parameters and no activations, so every method is const
+// and any number of threads may call it at once:
+//
+//     rlpar::NetSpec spec;
+//     spec.input_shape = {4};
+//     spec.layers = {LayerSpec::linear(64), LayerSpec::tanh(), LayerSpec::linear(64), LayerSpec::tanh()};
+//     spec.heads = {{HeadKind::Categorical, 2}, {HeadKind::Value, 1}};
+//     rlpar::Net net(spec);
+//     std::vector<float> params(net.num_params());           // filled by the caller (Python: init_params)
+//     net.forward(params.data(), obs, batch, out);            // out: [B, net.output_size()]
+//
+//     auto tape = net.forward_train(params.data(), obs, batch, out);   // keeps activations
+//     net.backward(params.data(), *tape, dout, grad, /*accumulate=*/false);
+//
+// Activations live in a `Workspace` taken from the net's pool for the duration of a call (or of a
+// `Tape`) and given back afterwards, so steady-state calls allocate nothing and memory is bounded by
+// (calls in flight) x (largest batch seen).
+//
+// Data layout: a sample is a vector {D} or an image {H, W, C} (channels last); batches are
+// row-major [B, *shape]. Linear weights are [in, out], conv weights [KH, KW, C, OC], so both are
+// one GEMM on row-major data.
+//
+// Errors: invalid specs and arguments throw std::invalid_argument whose message names what was
+// expected and what came.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace rlpar {
+
+using Shape = std::vector<int64_t>;
+
+std::string shape_str(const Shape& s);
+int64_t shape_numel(const Shape& s);
+
+// A layer implemented outside the core (the Python bindings implement it for rlpar.nn.PyLayer).
+// Both calls are stateless: backward receives the forward's input and output again.
+class ExternalLayer {
+ public:
+  virtual ~ExternalLayer() = default;
+  // Per-sample output shape for a per-sample input shape (asked once, when the net is built).
+  virtual Shape output_shape(const Shape& in_shape) = 0;
+  // x: [B, *in_shape] -> y: [B, *out_shape]
+  virtual void forward(const float* x, const Shape& in_shape, float* y, const Shape& out_shape,
+                       int64_t batch) = 0;
+  // dy: [B, *out_shape] -> dx: [B, *in_shape]
+  virtual void backward(const float* x, const float* y, const float* dy, float* dx,
+                        const Shape& in_shape, const Shape& out_shape, int64_t batch) = 0;
+};
+
+enum class LayerKind { Linear, Conv2d, ReLU, Tanh, Flatten, External };
+enum class HeadKind { Categorical, Value, Gaussian };
+
+struct LayerSpec {
+  LayerKind kind = LayerKind::ReLU;
+  int64_t out_features = 0;  // Linear
+  int64_t out_channels = 0;  // Conv2d
+  int64_t kernel = 0;
+  int64_t stride = 1;
+  int64_t padding = 0;
+  std::shared_ptr<ExternalLayer> external;  // External
+
+  static LayerSpec linear(int64_t out_features);
+  static LayerSpec conv2d(int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding);
+  static LayerSpec relu();
+  static LayerSpec tanh();
+  static LayerSpec flatten();
+  static LayerSpec external_layer(std::shared_ptr<ExternalLayer> layer);
+};
+
+// Categorical: `size` logits. Value: one scalar (size must be 1). Gaussian: `size` means followed
+// by `size` log-stds; the log-std is one state-independent parameter per action dimension,
+// broadcast over the batch.
+struct HeadSpec {
+  HeadKind kind = HeadKind::Value;
+  int64_t size = 1;
+};
+
+struct NetSpec {
+  Shape input_shape;          // per sample: {D} or {H, W, C}
+  bool input_uint8 = false;   // uint8 inputs are converted to float and scaled natively
+  float input_scale = 1.0f;   // applied to every input element
+  std::vector<LayerSpec> layers;
+  std::vector<HeadSpec> heads;
+};
+
+struct ParamInfo {
+  std::string name;   // e.g. "layers.0.weight", "heads.1.bias", "heads.2.log_std"
+  std::string role;   // "weight", "bias" or "log_std"
+  int64_t offset = 0;
+  Shape shape;        // Linear weight [in, out]; conv weight [KH, KW, C, OC]
+  int64_t index = 0;  // layer index, or head index for head parameters
+  bool in_head = false;
+};
+
+struct OutputInfo {
+  std::string name;  // "logits", "value", "mean", "log_std"
+  int64_t head = 0;
+  int64_t begin = 0;  // first column in the [B, output_size] output
+  int64_t size = 0;
+  bool log_std = false;  // broadcast of a state-independent parameter, not a linear output
+};
+
+struct WorkspaceStats {
+  int64_t workspaces = 0;  // created so far (bounded by calls in flight)
+  int64_t idle = 0;        // currently in the pool
+  int64_t bytes = 0;       // held by all workspaces
+  int64_t allocations = 0; // buffer (re)allocations so far: constant in steady state
+};
+
+class Workspace;
+class WorkspacePool;
+
+// Activations of one forward_train call, kept for backward. Move-only; gives its workspace back
+// to the pool when destroyed. Must not outlive nothing: it shares ownership of the pool.
+class Tape {
+ public:
+  Tape(std::shared_ptr<WorkspacePool> pool, std::unique_ptr<Workspace> ws, int64_t batch);
+  ~Tape();
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+  int64_t batch() const { return batch_; }
+
+ private:
+  friend class Net;
+  std::shared_ptr<WorkspacePool> pool_;
+  std::unique_ptr<Workspace> ws_;
+  int64_t batch_;
+};
+
+class Net {
+ public:
+  explicit Net(NetSpec spec);
+  ~Net();
+  Net(const Net&) = delete;
+  Net& operator=(const Net&) = delete;
+
+  const NetSpec& spec() const { return spec_; }
+  int64_t num_params() const { return num_params_; }
+  int64_t input_size() const { return shape_numel(spec_.input_shape); }
+  int64_t output_size() const { return output_size_; }
+  const std::vector<ParamInfo>& param_info() const { return params_; }
+  const std::vector<OutputInfo>& outputs() const { return outputs_; }
+  const std::vector<Shape>& activation_shapes() const { return shapes_; }
+  double flops_per_sample() const { return flops_per_sample_; }
+  bool has_external() const { return has_external_; }
+
+  // input: [B, input_size] float32 or uint8 (per spec.input_uint8); out: [B, output_size].
+  void forward(const float* params, const void* input, int64_t batch, float* out) const;
+
+  // Like forward, and keeps the activations for backward.
+  std::unique_ptr<Tape> forward_train(const float* params, const void* input, int64_t batch,
+                                      float* out) const;
+
+  // dout: [B, output_size] gradient of the loss w.r.t. the output; grad: [num_params].
+  // `params` must be the buffer the tape was recorded with.
+  void backward(const float* params, const Tape& tape, const float* dout, float* grad,
+                bool accumulate) const;
+
+  WorkspaceStats workspace_stats() const;
+
+ private:
+  struct Layer;
+  void run_forward(const float* params, const void* input, int64_t batch, float* out,
+                   Workspace& ws) const;
+
+  NetSpec spec_;
+  std::vector<Layer> layers_;
+  std::vector<Shape> shapes_;  // shapes_[i] = input of layer i; shapes_.back() = features
+  std::vector<ParamInfo> params_;
+  std::vector<OutputInfo> outputs_;
+  std::vector<int64_t> head_weight_offset_, head_bias_offset_, head_logstd_offset_;
+  int64_t num_params_ = 0;
+  int64_t output_size_ = 0;
+  int64_t feature_size_ = 0;
+  int64_t max_activation_ = 0;  // largest per-sample activation
+  double flops_per_sample_ = 0;
+  bool has_external_ = false;
+  std::shared_ptr<WorkspacePool> pool_;
+};
+
+// Raises std::invalid_argument naming `what` if any of the n values is NaN or infinite.
+void check_finite(const float* x, int64_t n, const char* what);
+
+}  // namespace rlpar

@@ -1,0 +1,522 @@
+#include "rlpar/net.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include "rlpar/layers.h"
+
+namespace rlpar {
+
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstMatMap = Eigen::Map<const RowMat>;
+using StridedMap = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
+using ConstStridedMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream o;
+  o << "(";
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << (s.size() == 1 ? ",)" : ")");
+  return o.str();
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+void check_finite(const float* x, int64_t n, const char* what) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) {
+      std::ostringstream o;
+      o << what << " must be finite, but element " << i << " is " << x[i];
+      throw std::invalid_argument(o.str());
+    }
+  }
+}
+
+LayerSpec LayerSpec::linear(int64_t out_features) {
+  LayerSpec l;
+  l.kind = LayerKind::Linear;
+  l.out_features = out_features;
+  return l;
+}
+LayerSpec LayerSpec::conv2d(int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding) {
+  LayerSpec l;
+  l.kind = LayerKind::Conv2d;
+  l.out_channels = out_channels;
+  l.kernel = kernel;
+  l.stride = stride;
+  l.padding = padding;
+  return l;
+}
+LayerSpec LayerSpec::relu() {
+  LayerSpec l;
+  l.kind = LayerKind::ReLU;
+  return l;
+}
+LayerSpec LayerSpec::tanh() {
+  LayerSpec l;
+  l.kind = LayerKind::Tanh;
+  return l;
+}
+LayerSpec LayerSpec::flatten() {
+  LayerSpec l;
+  l.kind = LayerKind::Flatten;
+  return l;
+}
+LayerSpec LayerSpec::external_layer(std::shared_ptr<ExternalLayer> layer) {
+  LayerSpec l;
+  l.kind = LayerKind::External;
+  l.external = std::move(layer);
+  return l;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workspaces: 64-byte aligned scratch buffers that only grow, pooled per net.
+
+namespace {
+
+constexpr size_t kAlign = 64;
+// im2col scratch per conv call is capped near this many floats; larger batches run in chunks.
+constexpr int64_t kColBudgetFloats = 1 << 18;
+
+struct AlignedBuffer {
+  float* data = nullptr;
+  size_t capacity = 0;  // floats
+  AlignedBuffer() = default;
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  AlignedBuffer(AlignedBuffer&& o) noexcept : data(o.data), capacity(o.capacity) {
+    o.data = nullptr;
+    o.capacity = 0;
+  }
+  ~AlignedBuffer() { std::free(data); }
+};
+
+const char* kind_name(LayerKind k) {
+  switch (k) {
+    case LayerKind::Linear: return "linear";
+    case LayerKind::Conv2d: return "conv2d";
+    case LayerKind::ReLU: return "relu";
+    case LayerKind::Tanh: return "tanh";
+    case LayerKind::Flatten: return "flatten";
+    case LayerKind::External: return "python layer";
+  }
+  return "?";
+}
+
+[[noreturn]] void fail(const std::string& msg) { throw std::invalid_argument(msg); }
+
+}  // namespace
+
+class WorkspacePool {
+ public:
+  std::unique_ptr<Workspace> acquire();
+  void release(std::unique_ptr<Workspace> ws);
+  WorkspaceStats stats();
+  void add_bytes(int64_t b) {
+    bytes_.fetch_add(b, std::memory_order_relaxed);
+    allocations_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+ private:
+  // Held only to push or pop one pointer: never across a computation or a call into Python.
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Workspace>> idle_;
+  int64_t created_ = 0;
+  std::atomic<int64_t> bytes_{0};
+  std::atomic<int64_t> allocations_{0};
+};
+
+class Workspace {
+ public:
+  explicit Workspace(WorkspacePool* pool) : pool_(pool) {}
+
+  // Buffer `slot`, grown (never shrunk) to hold at least `floats` values.
+  float* get(size_t slot, size_t floats) {
+    if (slot >= bufs_.size()) bufs_.resize(slot + 1);
+    AlignedBuffer& b = bufs_[slot];
+    if (b.capacity < floats) {
+      const size_t bytes = (floats * sizeof(float) + kAlign - 1) / kAlign * kAlign;
+      void* p = std::aligned_alloc(kAlign, bytes);
+      if (p == nullptr) throw std::bad_alloc();
+      std::free(b.data);
+      pool_->add_bytes(static_cast<int64_t>(bytes) -
+                       static_cast<int64_t>(b.capacity * sizeof(float)));
+      b.data = static_cast<float*>(p);
+      b.capacity = bytes / sizeof(float);
+    }
+    return b.data;
+  }
+
+  std::vector<float*> act;  // act[i]: input of layer i; act.back(): features
+  int64_t batch = 0;
+
+ private:
+  WorkspacePool* pool_;
+  std::vector<AlignedBuffer> bufs_;
+};
+
+std::unique_ptr<Workspace> WorkspacePool::acquire() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!idle_.empty()) {
+      auto ws = std::move(idle_.back());
+      idle_.pop_back();
+      return ws;
+    }
+    ++created_;
+  }
+  return std::make_unique<Workspace>(this);
+}
+
+void WorkspacePool::release(std::unique_ptr<Workspace> ws) {
+  std::lock_guard<std::mutex> lock(mu_);
+  idle_.push_back(std::move(ws));
+}
+
+WorkspaceStats WorkspacePool::stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  WorkspaceStats s;
+  s.workspaces = created_;
+  s.idle = static_cast<int64_t>(idle_.size());
+  s.bytes = bytes_.load();
+  s.allocations = allocations_.load();
+  return s;
+}
+
+namespace {
+// Gives a workspace back to its pool at scope exit, including when a layer throws.
+struct Lease {
+  std::shared_ptr<WorkspacePool> pool;
+  std::unique_ptr<Workspace> ws;
+  explicit Lease(std::shared_ptr<WorkspacePool> p) : pool(std::move(p)), ws(pool->acquire()) {}
+  ~Lease() {
+    if (ws) pool->release(std::move(ws));
+  }
+};
+}  // namespace
+
+Tape::Tape(std::shared_ptr<WorkspacePool> pool, std::unique_ptr<Workspace> ws, int64_t batch)
+    : pool_(std::move(pool)), ws_(std::move(ws)), batch_(batch) {}
+
+Tape::~Tape() {
+  if (ws_) pool_->release(std::move(ws_));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct Net::Layer {
+  LayerKind kind;
+  Shape in, out;
+  int64_t w = -1, b = -1;  // parameter offsets
+  layers::ConvShape conv{};
+  std::shared_ptr<ExternalLayer> external;
+};
+
+// Workspace slot numbers: 0..L activations (slot i = output of layer i-1), then scratch.
+namespace {
+enum : size_t { kGradA = 0, kGradB = 1, kCol = 2, kActBase = 3 };
+}
+
+Net::Net(NetSpec spec) : spec_(std::move(spec)), pool_(std::make_shared<WorkspacePool>()) {
+  const Shape& in = spec_.input_shape;
+  if (!(in.size() == 1 || in.size() == 3) ||
+      std::any_of(in.begin(), in.end(), [](int64_t d) { return d <= 0; })) {
+    fail("input_shape must be (D,) or (H, W, C) with positive sizes, got " + shape_str(in));
+  }
+  if (!std::isfinite(spec_.input_scale) || spec_.input_scale == 0.0f) {
+    fail("input_scale must be a finite non-zero number, got " + std::to_string(spec_.input_scale));
+  }
+
+  auto add_param = [&](const std::string& name, const std::string& role, Shape shape,
+                       int64_t index, bool in_head) {
+    ParamInfo p;
+    p.name = name;
+    p.role = role;
+    p.offset = num_params_;
+    p.shape = std::move(shape);
+    p.index = index;
+    p.in_head = in_head;
+    num_params_ += shape_numel(p.shape);
+    params_.push_back(p);
+    return p.offset;
+  };
+
+  Shape cur = in;
+  for (size_t i = 0; i < spec_.layers.size(); ++i) {
+    const LayerSpec& ls = spec_.layers[i];
+    const std::string where = "layer " + std::to_string(i) + " (" + kind_name(ls.kind) + ")";
+    const std::string prefix = "layers." + std::to_string(i) + ".";
+    Layer L;
+    L.kind = ls.kind;
+    L.in = cur;
+    switch (ls.kind) {
+      case LayerKind::Linear: {
+        if (cur.size() != 1) {
+          fail(where + " expects a flat input (D,), got " + shape_str(cur) +
+               ": add a Flatten layer before it");
+        }
+        if (ls.out_features <= 0) {
+          fail(where + " needs out_features >= 1, got " + std::to_string(ls.out_features));
+        }
+        L.out = {ls.out_features};
+        L.w = add_param(prefix + "weight", "weight", {cur[0], ls.out_features}, i, false);
+        L.b = add_param(prefix + "bias", "bias", {ls.out_features}, i, false);
+        flops_per_sample_ += 2.0 * cur[0] * ls.out_features;
+        break;
+      }
+      case LayerKind::Conv2d: {
+        if (cur.size() != 3) {
+          fail(where + " expects an image input (H, W, C), got " + shape_str(cur));
+        }
+        if (ls.out_channels <= 0 || ls.kernel <= 0 || ls.stride <= 0 || ls.padding < 0) {
+          fail(where + " needs out_channels, kernel, stride >= 1 and padding >= 0, got " +
+               "out_channels=" + std::to_string(ls.out_channels) +
+               " kernel=" + std::to_string(ls.kernel) + " stride=" + std::to_string(ls.stride) +
+               " padding=" + std::to_string(ls.padding));
+        }
+        const int64_t oh = layers::conv_out_size(cur[0], ls.kernel, ls.stride, ls.padding);
+        const int64_t ow = layers::conv_out_size(cur[1], ls.kernel, ls.stride, ls.padding);
+        if (oh <= 0 || ow <= 0) {
+          fail(where + " with kernel " + std::to_string(ls.kernel) + ", stride " +
+               std::to_string(ls.stride) + ", padding " + std::to_string(ls.padding) +
+               " on input " + shape_str(cur) + " would have an empty output");
+        }
+        L.conv = {cur[0], cur[1], cur[2], oh, ow, ls.out_channels, ls.kernel, ls.stride, ls.padding};
+        L.out = {oh, ow, ls.out_channels};
+        L.w = add_param(prefix + "weight", "weight", {ls.kernel, ls.kernel, cur[2], ls.out_channels},
+                        i, false);
+        L.b = add_param(prefix + "bias", "bias", {ls.out_channels}, i, false);
+        flops_per_sample_ += 2.0 * oh * ow * L.conv.patch() * ls.out_channels;
+        break;
+      }
+      case LayerKind::ReLU:
+      case LayerKind::Tanh:
+        L.out = cur;
+        flops_per_sample_ += static_cast<double>(shape_numel(cur));
+        break;
+      case LayerKind::Flatten:
+        L.out = {shape_numel(cur)};
+        break;
+      case LayerKind::External: {
+        if (!ls.external) fail(where + " has no implementation");
+        const Shape os = ls.external->output_shape(cur);
+        if (os.empty() || std::any_of(os.begin(), os.end(), [](int64_t d) { return d <= 0; })) {
+          fail(where + " must declare an output shape with positive sizes, got " + shape_str(os));
+        }
+        L.out = os;
+        L.external = ls.external;
+        has_external_ = true;
+        break;
+      }
+    }
+    shapes_.push_back(cur);
+    cur = L.out;
+    layers_.push_back(std::move(L));
+  }
+  shapes_.push_back(cur);
+  for (const Shape& s : shapes_) max_activation_ = std::max(max_activation_, shape_numel(s));
+
+  if (spec_.heads.empty()) {
+    fail("a net needs at least one head (categorical, value or gaussian), got none");
+  }
+  if (cur.size() != 1) {
+    fail("heads expect flat features (F,), but the last layer outputs " + shape_str(cur) +
+         ": add a Flatten layer at the end");
+  }
+  feature_size_ = cur[0];
+  for (size_t h = 0; h < spec_.heads.size(); ++h) {
+    const HeadSpec& hs = spec_.heads[h];
+    const std::string prefix = "heads." + std::to_string(h) + ".";
+    const std::string where = "head " + std::to_string(h);
+    if (hs.size <= 0) fail(where + " needs size >= 1, got " + std::to_string(hs.size));
+    if (hs.kind == HeadKind::Value && hs.size != 1) {
+      fail(where + " (value) must have size 1, got " + std::to_string(hs.size));
+    }
+    head_weight_offset_.push_back(
+        add_param(prefix + "weight", "weight", {feature_size_, hs.size}, h, true));
+    head_bias_offset_.push_back(add_param(prefix + "bias", "bias", {hs.size}, h, true));
+    flops_per_sample_ += 2.0 * feature_size_ * hs.size;
+    const char* name = hs.kind == HeadKind::Categorical ? "logits"
+                       : hs.kind == HeadKind::Value     ? "value"
+                                                        : "mean";
+    outputs_.push_back({name, static_cast<int64_t>(h), output_size_, hs.size, false});
+    output_size_ += hs.size;
+    if (hs.kind == HeadKind::Gaussian) {
+      head_logstd_offset_.push_back(add_param(prefix + "log_std", "log_std", {hs.size}, h, true));
+      outputs_.push_back({"log_std", static_cast<int64_t>(h), output_size_, hs.size, true});
+      output_size_ += hs.size;
+    } else {
+      head_logstd_offset_.push_back(-1);
+    }
+  }
+}
+
+Net::~Net() = default;
+
+void Net::run_forward(const float* params, const void* input, int64_t batch, float* out,
+                      Workspace& ws) const {
+  if (batch <= 0) fail("batch size must be >= 1, got " + std::to_string(batch));
+  const size_t L = layers_.size();
+  ws.act.resize(L + 1);
+  ws.batch = batch;
+
+  // Input -> float activation 0 (uint8 frames are converted and scaled here, natively).
+  const int64_t n_in = batch * input_size();
+  float* x0 = ws.get(kActBase, n_in);
+  const float scale = spec_.input_scale;
+  if (spec_.input_uint8) {
+    const uint8_t* src = static_cast<const uint8_t*>(input);
+    for (int64_t i = 0; i < n_in; ++i) x0[i] = static_cast<float>(src[i]) * scale;
+  } else if (scale == 1.0f) {
+    std::memcpy(x0, input, sizeof(float) * n_in);
+  } else {
+    const float* src = static_cast<const float*>(input);
+    for (int64_t i = 0; i < n_in; ++i) x0[i] = src[i] * scale;
+  }
+  ws.act[0] = x0;
+
+  for (size_t i = 0; i < L; ++i) {
+    const Layer& l = layers_[i];
+    const float* x = ws.act[i];
+    const int64_t n_out = batch * shape_numel(l.out);
+    if (l.kind == LayerKind::Flatten) {
+      ws.act[i + 1] = ws.act[i];
+      continue;
+    }
+    float* y = ws.get(kActBase + i + 1, n_out);
+    switch (l.kind) {
+      case LayerKind::Linear:
+        layers::linear_forward(y, x, params + l.w, params + l.b, batch, l.in[0], l.out[0]);
+        break;
+      case LayerKind::Conv2d: {
+        const int64_t per = l.conv.positions() * l.conv.patch();
+        const int64_t chunk = std::clamp<int64_t>(kColBudgetFloats / per, 1, batch);
+        float* col = ws.get(kCol, chunk * per);
+        layers::conv2d_forward(y, x, params + l.w, params + l.b, batch, l.conv, col, chunk);
+        break;
+      }
+      case LayerKind::ReLU:
+        layers::relu_forward(y, x, n_out);
+        break;
+      case LayerKind::Tanh:
+        layers::tanh_forward(y, x, n_out);
+        break;
+      case LayerKind::External:
+        l.external->forward(x, l.in, y, l.out, batch);
+        break;
+      case LayerKind::Flatten:
+        break;
+    }
+    ws.act[i + 1] = y;
+  }
+
+  // Heads: one GEMM each, written straight into their columns of `out`.
+  const float* feat = ws.act[L];
+  ConstMatMap F(feat, batch, feature_size_);
+  for (const OutputInfo& o : outputs_) {
+    StridedMap Y(out + o.begin, batch, o.size, Eigen::OuterStride<>(output_size_));
+    if (o.log_std) {
+      Y.rowwise() = Eigen::Map<const Eigen::RowVectorXf>(params + head_logstd_offset_[o.head], o.size);
+      continue;
+    }
+    Y.noalias() = F * ConstMatMap(params + head_weight_offset_[o.head], feature_size_, o.size);
+    Y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(params + head_bias_offset_[o.head], o.size);
+  }
+}
+
+void Net::forward(const float* params, const void* input, int64_t batch, float* out) const {
+  Lease lease(pool_);
+  run_forward(params, input, batch, out, *lease.ws);
+}
+
+std::unique_ptr<Tape> Net::forward_train(const float* params, const void* input, int64_t batch,
+                                         float* out) const {
+  Lease lease(pool_);
+  run_forward(params, input, batch, out, *lease.ws);
+  return std::make_unique<Tape>(pool_, std::move(lease.ws), batch);
+}
+
+void Net::backward(const float* params, const Tape& tape, const float* dout, float* grad,
+                   bool accumulate) const {
+  if (tape.pool_ != pool_) fail("this tape was recorded by another net");
+  Workspace& ws = *tape.ws_;
+  const int64_t batch = tape.batch_;
+  if (!accumulate) std::memset(grad, 0, sizeof(float) * num_params_);
+
+  float* g[2] = {ws.get(kGradA, batch * max_activation_), ws.get(kGradB, batch * max_activation_)};
+
+  // Heads: parameter gradients, and the feature gradient summed over heads.
+  const size_t L = layers_.size();
+  const float* feat = ws.act[L];
+  ConstMatMap F(feat, batch, feature_size_);
+  Eigen::Map<RowMat> DF(g[0], batch, feature_size_);
+  DF.setZero();
+  for (const OutputInfo& o : outputs_) {
+    ConstStridedMap DY(dout + o.begin, batch, o.size, Eigen::OuterStride<>(output_size_));
+    if (o.log_std) {
+      Eigen::Map<Eigen::RowVectorXf>(grad + head_logstd_offset_[o.head], o.size) +=
+          DY.colwise().sum();
+      continue;
+    }
+    const float* w = params + head_weight_offset_[o.head];
+    Eigen::Map<RowMat>(grad + head_weight_offset_[o.head], feature_size_, o.size).noalias() +=
+        F.transpose() * DY;
+    Eigen::Map<Eigen::RowVectorXf>(grad + head_bias_offset_[o.head], o.size) += DY.colwise().sum();
+    DF.noalias() += DY * ConstMatMap(w, feature_size_, o.size).transpose();
+  }
+
+  // Torso, last layer first. dy lives in one scratch buffer, dx goes to the other.
+  float* dy = g[0];
+  for (size_t k = L; k-- > 0;) {
+    const Layer& l = layers_[k];
+    const bool need_dx = k > 0;
+    if (l.kind == LayerKind::Flatten) continue;  // same memory, same gradient
+    float* dx = need_dx ? (dy == g[0] ? g[1] : g[0]) : nullptr;
+    const float* x = ws.act[k];
+    const float* y = ws.act[k + 1];
+    const int64_t n_out = batch * shape_numel(l.out);
+    switch (l.kind) {
+      case LayerKind::Linear:
+        layers::linear_backward(dx, grad + l.w, grad + l.b, dy, x, params + l.w, batch, l.in[0],
+                                l.out[0]);
+        break;
+      case LayerKind::Conv2d: {
+        const int64_t per = l.conv.positions() * l.conv.patch();
+        const int64_t chunk = std::clamp<int64_t>(kColBudgetFloats / per, 1, batch);
+        float* col = ws.get(kCol, chunk * per);
+        layers::conv2d_backward(dx, grad + l.w, grad + l.b, dy, x, params + l.w, batch, l.conv,
+                                col, chunk);
+        break;
+      }
+      case LayerKind::ReLU:
+        if (dx) layers::relu_backward(dx, dy, y, n_out);
+        break;
+      case LayerKind::Tanh:
+        if (dx) layers::tanh_backward(dx, dy, y, n_out);
+        break;
+      case LayerKind::External:
+        // A Python layer has no native parameters: at the bottom of the net nothing needs it.
+        if (dx) l.external->backward(x, y, dy, dx, l.in, l.out, batch);
+        break;
+      case LayerKind::Flatten:
+        break;
+    }
+    if (!need_dx) break;
+    dy = dx;
+  }
+}
+
+WorkspaceStats Net::workspace_stats() const { return pool_->stats(); }
+
+}  // namespace rlpar

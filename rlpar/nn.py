@@ -1,0 +1,413 @@
+"""Networks: a small validated spec, and one native `Net` shared by every thread.
+
+A `Net` holds only the architecture. Parameters are one flat float32 vector that every call takes
+explicitly, and activations live in a workspace borrowed for the duration of the call, so any
+number of threads can share one net with no per-thread setup::
+
+    spec = NetSpec(input_shape=(4,), layers=[Linear(64), Tanh(), Linear(64), Tanh()],
+                   heads=[Categorical(2), Value()])
+    net = Net(spec)
+    params = net.init_params(seed=0)                  # float32 [num_params]
+    out = net.forward(params, obs)                    # obs float32 [B, 4] -> out [B, 3]
+    heads = net.split(out)                            # {"logits": [B, 2], "value": [B]}
+
+    out, tape = net.forward_train(params, obs)        # keeps activations for backward
+    grad = net.backward(tape, dout)                   # dout [B, 3] -> grad float32 [num_params]
+
+Forward, backward and the optimizers release the GIL when the call's work is above
+`gil_release_threshold()` flops (or always/never with ``release_gil=True/False``).
+
+Layout: images are channels-last ``[B, H, W, C]``; a Linear weight is ``[in, out]`` and a Conv2d
+weight ``[KH, KW, C, OC]``, all views into the flat parameter vector (see `Net.param_views`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from rlpar import _native
+
+__all__ = [
+    "Categorical",
+    "Conv2d",
+    "Flatten",
+    "Gaussian",
+    "Head",
+    "Layer",
+    "Linear",
+    "Net",
+    "NetSpec",
+    "PyLayer",
+    "ReLU",
+    "Tanh",
+    "Tape",
+    "Value",
+    "conv_spec",
+    "gil_release_threshold",
+    "mlp_spec",
+    "set_gil_release_threshold",
+]
+
+Tape = _native.Tape
+gil_release_threshold = _native.gil_release_threshold
+set_gil_release_threshold = _native.set_gil_release_threshold
+
+
+def _positive_int(owner: str, name: str, value: object, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{owner}.{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{owner}.{name} must be >= {minimum}, got {value}")
+
+
+def _gain(owner: str, value: float | None) -> None:
+    if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)):
+        raise ValueError(f"{owner}.init_gain must be a finite number or None, got {value!r}")
+
+
+# ------------------------------------------------------------------------------------- layers
+
+
+@dataclass(frozen=True)
+class Linear:
+    """Fully connected layer: ``[B, in] -> [B, out_features]``; weight ``[in, out]``.
+
+    ``init_gain``: gain of the orthogonal initialisation (default sqrt(2)).
+    """
+
+    out_features: int
+    init_gain: float | None = None
+
+    def __post_init__(self) -> None:
+        _positive_int("Linear", "out_features", self.out_features)
+        _gain("Linear", self.init_gain)
+
+
+@dataclass(frozen=True)
+class Conv2d:
+    """2-D convolution, channels last: ``[B, H, W, C] -> [B, OH, OW, out_channels]``.
+
+    Square ``kernel``; weight ``[kernel, kernel, C, out_channels]``.
+    """
+
+    out_channels: int
+    kernel: int
+    stride: int = 1
+    padding: int = 0
+    init_gain: float | None = None
+
+    def __post_init__(self) -> None:
+        _positive_int("Conv2d", "out_channels", self.out_channels)
+        _positive_int("Conv2d", "kernel", self.kernel)
+        _positive_int("Conv2d", "stride", self.stride)
+        _positive_int("Conv2d", "padding", self.padding, minimum=0)
+        _gain("Conv2d", self.init_gain)
+
+
+@dataclass(frozen=True)
+class ReLU:
+    """max(x, 0), elementwise."""
+
+
+@dataclass(frozen=True)
+class Tanh:
+    """tanh(x), elementwise."""
+
+
+@dataclass(frozen=True)
+class Flatten:
+    """``[B, *shape] -> [B, prod(shape)]``."""
+
+
+class PyLayer:
+    """A layer written in Python/numpy, placed anywhere in a native net.
+
+    The native net takes the GIL back only around these calls. Both methods are stateless and
+    receive float32 arrays with a leading batch axis; subclasses must be safe to call from several
+    threads at once (they are, if they keep no per-call state on ``self``).
+    """
+
+    def output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """Per-sample output shape for a per-sample input shape (default: unchanged)."""
+        return tuple(input_shape)
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """``x [B, *in_shape] -> y [B, *out_shape]``."""
+        raise NotImplementedError
+
+    def backward(self, x: np.ndarray, y: np.ndarray, dy: np.ndarray) -> np.ndarray:
+        """Input gradient ``dx [B, *in_shape]`` from ``dy [B, *out_shape]``."""
+        raise NotImplementedError
+
+
+Layer = Linear | Conv2d | ReLU | Tanh | Flatten | PyLayer
+
+# -------------------------------------------------------------------------------------- heads
+
+
+@dataclass(frozen=True)
+class Categorical:
+    """``n`` action logits (output name ``logits``); init gain 0.01 keeps the policy uniform."""
+
+    n: int
+    init_gain: float = 0.01
+
+    def __post_init__(self) -> None:
+        _positive_int("Categorical", "n", self.n)
+        _gain("Categorical", self.init_gain)
+
+
+@dataclass(frozen=True)
+class Value:
+    """One state value (output name ``value``)."""
+
+    init_gain: float = 1.0
+
+    def __post_init__(self) -> None:
+        _gain("Value", self.init_gain)
+
+
+@dataclass(frozen=True)
+class Gaussian:
+    """Diagonal Gaussian over ``n`` dimensions: outputs ``mean [B, n]`` and ``log_std [B, n]``.
+
+    ``log_std`` is one state-independent parameter per dimension, broadcast over the batch.
+    """
+
+    n: int
+    init_log_std: float = 0.0
+    init_gain: float = 0.01
+
+    def __post_init__(self) -> None:
+        _positive_int("Gaussian", "n", self.n)
+        _gain("Gaussian", self.init_gain)
+        if not math.isfinite(self.init_log_std):
+            raise ValueError(f"Gaussian.init_log_std must be finite, got {self.init_log_std}")
+
+
+Head = Categorical | Value | Gaussian
+
+_LAYER_TYPES = (Linear, Conv2d, ReLU, Tanh, Flatten, PyLayer)
+_HEAD_TYPES = (Categorical, Value, Gaussian)
+
+
+@dataclass(frozen=True)
+class NetSpec:
+    """Architecture of a net.
+
+    ``input_shape``: per-sample shape, ``(D,)`` or ``(H, W, C)``.
+    ``input_dtype``: ``"float32"``, or ``"uint8"`` for frames converted and scaled natively.
+    ``input_scale``: multiplies every input; default 1/255 for uint8 and 1 for float32.
+    """
+
+    input_shape: tuple[int, ...]
+    layers: Sequence[Layer] = field(default_factory=tuple)
+    heads: Sequence[Head] = field(default_factory=tuple)
+    input_dtype: Literal["float32", "uint8"] = "float32"
+    input_scale: float | None = None
+
+    def __post_init__(self) -> None:
+        shape = tuple(self.input_shape)
+        if len(shape) not in (1, 3):
+            raise ValueError(f"input_shape must be (D,) or (H, W, C), got {shape}")
+        for d in shape:
+            _positive_int("NetSpec", "input_shape", d)
+        object.__setattr__(self, "input_shape", tuple(int(d) for d in shape))
+        object.__setattr__(self, "layers", tuple(self.layers))
+        object.__setattr__(self, "heads", tuple(self.heads))
+        for i, layer in enumerate(self.layers):
+            if not isinstance(layer, _LAYER_TYPES):
+                raise TypeError(
+                    f"layer {i} must be one of Linear, Conv2d, ReLU, Tanh, Flatten or a PyLayer "
+                    f"subclass, got {type(layer).__name__}"
+                )
+        if not self.heads:
+            raise ValueError("a net needs at least one head (Categorical, Value or Gaussian)")
+        for i, head in enumerate(self.heads):
+            if not isinstance(head, _HEAD_TYPES):
+                raise TypeError(
+                    f"head {i} must be Categorical, Value or Gaussian, got {type(head).__name__}"
+                )
+        if self.input_dtype not in ("float32", "uint8"):
+            raise ValueError(f"input_dtype must be 'float32' or 'uint8', got {self.input_dtype!r}")
+        if self.input_scale is not None and not (
+            math.isfinite(self.input_scale) and self.input_scale != 0
+        ):
+            raise ValueError(f"input_scale must be finite and non-zero, got {self.input_scale}")
+
+    @property
+    def scale(self) -> float:
+        """The input scale in effect."""
+        if self.input_scale is not None:
+            return float(self.input_scale)
+        return 1.0 / 255.0 if self.input_dtype == "uint8" else 1.0
+
+
+def mlp_spec(
+    obs_dim: int,
+    heads: Sequence[Head],
+    hidden: Sequence[int] = (64, 64),
+    activation: Literal["tanh", "relu"] = "tanh",
+) -> NetSpec:
+    """An MLP torso ``obs_dim -> hidden... `` with the given heads."""
+    act = {"tanh": Tanh, "relu": ReLU}[activation]
+    layers: list[Layer] = []
+    for h in hidden:
+        layers += [Linear(h), act()]
+    return NetSpec(input_shape=(obs_dim,), layers=layers, heads=heads)
+
+
+def conv_spec(
+    frame_shape: tuple[int, int, int],
+    heads: Sequence[Head],
+    convs: Sequence[tuple[int, int, int]] = ((32, 8, 4), (64, 4, 2), (64, 3, 1)),
+    hidden: int = 512,
+) -> NetSpec:
+    """A conv torso on uint8 frames ``[H, W, C]`` (default: Nature-DQN sizes).
+
+    ``convs`` lists ``(out_channels, kernel, stride)``; ReLU after each layer.
+    """
+    layers: list[Layer] = []
+    for oc, k, s in convs:
+        layers += [Conv2d(oc, k, s), ReLU()]
+    layers += [Flatten(), Linear(hidden), ReLU()]
+    return NetSpec(input_shape=tuple(frame_shape), layers=layers, heads=heads, input_dtype="uint8")
+
+
+def _native_layer(layer: Layer) -> tuple:
+    if isinstance(layer, Linear):
+        return ("linear", layer.out_features)
+    if isinstance(layer, Conv2d):
+        return ("conv2d", layer.out_channels, layer.kernel, layer.stride, layer.padding)
+    if isinstance(layer, ReLU):
+        return ("relu",)
+    if isinstance(layer, Tanh):
+        return ("tanh",)
+    if isinstance(layer, Flatten):
+        return ("flatten",)
+    return ("python", layer)
+
+
+def _native_head(head: Head) -> tuple:
+    if isinstance(head, Categorical):
+        return ("categorical", head.n)
+    if isinstance(head, Value):
+        return ("value", 1)
+    return ("gaussian", head.n)
+
+
+def _orthogonal(rng: np.random.Generator, rows: int, cols: int, gain: float) -> np.ndarray:
+    a = rng.standard_normal((max(rows, cols), min(rows, cols)))
+    q, r = np.linalg.qr(a)
+    q *= np.sign(np.diag(r))
+    if rows < cols:
+        q = q.T
+    return (gain * q).astype(np.float32)
+
+
+def aligned_zeros(n: int, align: int = 64) -> np.ndarray:
+    """A zeroed float32 vector of ``n`` values whose data starts on an ``align``-byte boundary."""
+    raw = np.zeros(n + align // 4, dtype=np.float32)
+    start = (-raw.ctypes.data % align) // 4
+    return raw[start : start + n]
+
+
+class Net(_native.Net):
+    """One native network, shared by every thread (see the module docstring).
+
+    Methods implemented natively (GIL released above the work threshold):
+
+    - ``forward(params, obs, out=None, release_gil=None, check_finite=False) -> out``:
+      ``params`` float32 ``[num_params]``, ``obs`` ``[B, *input_shape]`` of the input dtype,
+      ``out`` float32 ``[B, output_size]``.
+    - ``forward_train(...)`` -> ``(out, tape)``: the same, keeping activations in ``tape``.
+    - ``backward(tape, dout, grad=None, accumulate=False, release_gil=None, check_finite=False)
+      -> grad``: ``dout`` float32 ``[B, output_size]``, ``grad`` float32 ``[num_params]``
+      (overwritten, or added to with ``accumulate=True``).
+
+    Non-contiguous ``obs``/``dout`` are copied; everything else that does not match raises
+    ``TypeError``/``ValueError`` naming what was expected and what came.
+    """
+
+    spec: NetSpec
+
+    def __init__(self, spec: NetSpec) -> None:
+        if not isinstance(spec, NetSpec):
+            raise TypeError(f"Net expects a NetSpec, got {type(spec).__name__}")
+        super().__init__(
+            list(spec.input_shape),
+            spec.input_dtype == "uint8",
+            spec.scale,
+            [_native_layer(layer) for layer in spec.layers],
+            [_native_head(head) for head in spec.heads],
+        )
+        self.spec = spec
+
+    @property
+    def output_slices(self) -> dict[str, slice]:
+        """Columns of the ``[B, output_size]`` output for each named output."""
+        return {name: slice(b, b + n) for name, _head, b, n in self.outputs}
+
+    def split(self, out: np.ndarray) -> dict[str, np.ndarray]:
+        """Named views of ``out [B, output_size]``: ``value`` is ``[B]``, the others ``[B, n]``."""
+        parts = {}
+        for name, _head, b, n in self.outputs:
+            parts[name] = out[:, b] if name == "value" else out[:, b : b + n]
+        return parts
+
+    def param_views(self, params: np.ndarray) -> dict[str, np.ndarray]:
+        """Read-only named views (e.g. ``layers.0.weight`` ``[in, out]``) into a flat vector."""
+        if params.shape != (self.num_params,):
+            raise ValueError(
+                f"params must have shape ({self.num_params},), got {tuple(params.shape)}"
+            )
+        views = {}
+        for name, _role, offset, shape, _index, _in_head in self.param_info:
+            v = params[offset : offset + math.prod(shape)].reshape(shape)
+            v.flags.writeable = False
+            views[name] = v
+        return views
+
+    def init_params(self, seed: int) -> np.ndarray:
+        """Seeded orthogonal initialisation: float32 ``[num_params]``, 64-byte aligned.
+
+        Weights are orthogonal with gain sqrt(2) in the torso (or the layer's ``init_gain``)
+        and the head's ``init_gain`` in heads; biases are 0; ``log_std`` is ``init_log_std``.
+        """
+        rng = np.random.default_rng(seed)
+        params = aligned_zeros(self.num_params)
+        for _name, role, offset, shape, index, in_head in self.param_info:
+            size = math.prod(shape)
+            if role == "weight":
+                owner = self.spec.heads[index] if in_head else self.spec.layers[index]
+                gain = getattr(owner, "init_gain", None)
+                gain = math.sqrt(2.0) if gain is None else gain
+                fan_out = shape[-1]
+                params[offset : offset + size] = _orthogonal(
+                    rng, size // fan_out, fan_out, gain
+                ).ravel()
+            elif role == "log_std":
+                params[offset : offset + size] = self.spec.heads[index].init_log_std
+        return params
+
+    def value_and_grad(
+        self,
+        params: np.ndarray,
+        obs: np.ndarray,
+        loss_fn: Callable[[np.ndarray], tuple[float, np.ndarray]],
+    ) -> tuple[float, np.ndarray, np.ndarray]:
+        """Loss and gradient for a loss written in numpy.
+
+        ``loss_fn(out [B, output_size]) -> (loss, dloss/dout [B, output_size])``.
+        Returns ``(loss, grad [num_params], out)``.
+        """
+        out, tape = self.forward_train(params, obs)
+        loss, dout = loss_fn(out)
+        grad = self.backward(tape, np.asarray(dout, dtype=np.float32))
+        tape.release()
+        return float(loss), grad, out

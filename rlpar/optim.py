@@ -1,0 +1,163 @@
+"""Native optimizers that update one flat float32 parameter vector in place.
+
+Each optimizer keeps its state as flat float32 buffers (``state_dict()``), and ``step`` is one
+native pass over memory that releases the GIL for large vectors. Update rules follow PyTorch's
+definitions (eps outside the square root)::
+
+    opt = RMSProp(net.num_params, lr=7e-4, alpha=0.99, eps=1e-5)
+    norm = clip_grad_norm(grad, 40.0)
+    opt.step(params, grad)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from rlpar import _native
+
+__all__ = ["SGD", "Adam", "Optimizer", "RMSProp", "clip_grad_norm", "global_norm"]
+
+
+def global_norm(grad: np.ndarray) -> float:
+    """Euclidean norm of a flat float32 vector (accumulated in double)."""
+    return _native.global_norm(grad)
+
+
+def clip_grad_norm(grad: np.ndarray, max_norm: float) -> float:
+    """Scale ``grad`` (float32 ``[n]``) in place to norm <= ``max_norm``; return the old norm."""
+    return _native.clip_by_global_norm(grad, float(max_norm))
+
+
+def _check(name: str, value: float, low: float, high: float = math.inf, open_low=False) -> float:
+    value = float(value)
+    ok = (value > low if open_low else value >= low) and value <= high and math.isfinite(value)
+    if not ok:
+        upper = f" and <= {high}" if high < math.inf else ""
+        bound = f"{'>' if open_low else '>='} {low}{upper}"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+    return value
+
+
+class Optimizer:
+    """Base: flat state buffers by name, and a learning rate that may change between steps."""
+
+    lr: float
+
+    def __init__(self, num_params: int, buffers: tuple[str, ...]) -> None:
+        if num_params < 1:
+            raise ValueError(f"num_params must be >= 1, got {num_params}")
+        self.num_params = int(num_params)
+        self._state = {name: np.zeros(self.num_params, np.float32) for name in buffers}
+        self.steps = 0
+
+    def step(self, params: np.ndarray, grad: np.ndarray) -> None:
+        """Update ``params`` (float32 ``[num_params]``) in place from ``grad``."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, np.ndarray | int | float]:
+        """The state buffers (copies), the step count and the learning rate."""
+        d: dict[str, np.ndarray | int | float] = {k: v.copy() for k, v in self._state.items()}
+        d["steps"] = self.steps
+        d["lr"] = self.lr
+        return d
+
+    def load_state_dict(self, state: dict[str, np.ndarray | int | float]) -> None:
+        """Restore what `state_dict` returned (shapes and names must match)."""
+        for name, buf in self._state.items():
+            if name not in state:
+                raise ValueError(f"optimizer state is missing '{name}'")
+            value = np.asarray(state[name])
+            if value.shape != buf.shape:
+                raise ValueError(
+                    f"optimizer state '{name}' must have shape {buf.shape}, got {value.shape}"
+                )
+            buf[...] = value
+        self.steps = int(state["steps"])
+        self.lr = float(state["lr"])
+
+
+class SGD(Optimizer):
+    """SGD with optional (Nesterov) momentum and L2 weight decay."""
+
+    def __init__(
+        self,
+        num_params: int,
+        lr: float,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+    ) -> None:
+        super().__init__(num_params, ("momentum_buffer",) if momentum else ())
+        self.lr = _check("lr", lr, 0.0, open_low=True)
+        self.momentum = _check("momentum", momentum, 0.0, 1.0)
+        self.weight_decay = _check("weight_decay", weight_decay, 0.0)
+        self.nesterov = bool(nesterov)
+
+    def step(self, params: np.ndarray, grad: np.ndarray) -> None:
+        _native.sgd_step(
+            params, grad, self._state.get("momentum_buffer"), self.lr, self.momentum,
+            self.weight_decay, self.nesterov,
+        )  # fmt: skip
+        self.steps += 1
+
+
+class RMSProp(Optimizer):
+    """RMSProp (plain or centered), with optional momentum."""
+
+    def __init__(
+        self,
+        num_params: int,
+        lr: float,
+        alpha: float = 0.99,
+        eps: float = 1e-5,
+        momentum: float = 0.0,
+        centered: bool = False,
+        weight_decay: float = 0.0,
+    ) -> None:
+        names = ("square_avg",) + (("grad_avg",) if centered else ())
+        names += ("momentum_buffer",) if momentum else ()
+        super().__init__(num_params, names)
+        self.lr = _check("lr", lr, 0.0, open_low=True)
+        self.alpha = _check("alpha", alpha, 0.0, 1.0)
+        self.eps = _check("eps", eps, 0.0, open_low=True)
+        self.momentum = _check("momentum", momentum, 0.0, 1.0)
+        self.centered = bool(centered)
+        self.weight_decay = _check("weight_decay", weight_decay, 0.0)
+
+    def step(self, params: np.ndarray, grad: np.ndarray) -> None:
+        s = self._state
+        _native.rmsprop_step(
+            params, grad, s["square_avg"], s.get("grad_avg"), s.get("momentum_buffer"),
+            self.lr, self.alpha, self.eps, self.momentum, self.weight_decay,
+        )  # fmt: skip
+        self.steps += 1
+
+
+class Adam(Optimizer):
+    """Adam with bias correction and optional L2 weight decay."""
+
+    def __init__(
+        self,
+        num_params: int,
+        lr: float,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ) -> None:
+        super().__init__(num_params, ("exp_avg", "exp_avg_sq"))
+        self.lr = _check("lr", lr, 0.0, open_low=True)
+        self.beta1 = _check("beta1", beta1, 0.0, 1.0)
+        self.beta2 = _check("beta2", beta2, 0.0, 1.0)
+        self.eps = _check("eps", eps, 0.0, open_low=True)
+        self.weight_decay = _check("weight_decay", weight_decay, 0.0)
+
+    def step(self, params: np.ndarray, grad: np.ndarray) -> None:
+        s = self._state
+        _native.adam_step(
+            params, grad, s["exp_avg"], s["exp_avg_sq"], self.steps + 1, self.lr, self.beta1,
+            self.beta2, self.eps, self.weight_decay,
+        )  # fmt: skip
+        self.steps += 1
