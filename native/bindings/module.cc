@@ -3,11 +3,12 @@
 // GIL rules kept here (see README "Design"):
 //  * Every py::array/py::object is inspected while the GIL is held; only raw pointers and sizes
 //    cross into a GIL-released region.
-//  * The GIL is released with RAII (GilRelease below), never with hand-written pairs, and only when
+//  * The GIL is released with RAII (CallScope below), never with hand-written pairs, and only when
 //    the call's work is above a measured threshold (release_gil=None), or when asked (True/False).
 //  * Python layers re-take the GIL with py::gil_scoped_acquire around their own call only.
-//  * At interpreter exit an atexit hook stops releasing the GIL and waits for released calls to
-//    finish, so no thread is ever parked inside native code while the interpreter finalizes.
+//  * At interpreter exit an atexit hook stops releasing the GIL and waits for the calls that could
+//    let other threads run to finish (CallScope), so no thread is ever inside native code when
+//    the interpreter finalizes.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -48,27 +49,34 @@ bool want_release(py::object release_gil, double flops) {
   return release_gil.cast<bool>();
 }
 
-// Releases the GIL for its scope when asked, unless the interpreter is shutting down. The counter
-// is raised before the flag is read (both sequentially consistent), so the exit hook either sees
-// this call in flight or this call sees the flag.
-class GilRelease {
+// The scope of one native call that may let other Python threads run while it is inside native
+// code: it releases the GIL (when asked), or it calls a Python layer (whose bytecode hands the GIL
+// around). Such calls are counted, so that the exit hook can wait for them: once the interpreter
+// finalizes, a thread that takes the GIL back is terminated by unwinding, which must never run
+// through our frames. The counter is raised before the flag is read (both sequentially
+// consistent), so the exit hook either sees this call in flight or this call sees the flag.
+// After the hook, calls keep the GIL, and calls that would run Python layers raise.
+class CallScope {
  public:
-  explicit GilRelease(bool release) {
-    if (!release) return;
+  CallScope(bool release, bool runs_python) {
+    if (!release && !runs_python) return;
     g_released_calls.fetch_add(1);
     if (g_closing.load()) {
       g_released_calls.fetch_sub(1);
+      if (runs_python) {
+        throw std::runtime_error("the interpreter is shutting down: nets with Python layers no longer run");
+      }
       return;
     }
     counted_ = true;
-    released_.emplace();
+    if (release) released_.emplace();
   }
-  ~GilRelease() {
+  ~CallScope() {
     released_.reset();  // re-takes the GIL
     if (counted_) g_released_calls.fetch_sub(1);
   }
-  GilRelease(const GilRelease&) = delete;
-  GilRelease& operator=(const GilRelease&) = delete;
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
 
  private:
   bool counted_ = false;
@@ -346,7 +354,8 @@ py::array_t<float> do_forward(const std::shared_ptr<Net>& net, py::handle params
   const void* xp = x.data();
   float* yp = y.mutable_data();
   {
-    GilRelease gil(want_release(release_gil, net->flops_per_sample() * batch));
+    CallScope scope(want_release(release_gil, net->flops_per_sample() * batch),
+                    net->has_external());
     if (tape) {
       *tape = net->forward_train(p, xp, batch, yp);
     } else {
@@ -464,7 +473,8 @@ PYBIND11_MODULE(_native, m) {
              const float* dp = static_cast<const float*>(d.data());
              if (check_finite) rlpar::check_finite(dp, batch * net->output_size(), "dout");
              {
-               GilRelease gil(want_release(release_gil, 2.0 * net->flops_per_sample() * batch));
+               CallScope scope(want_release(release_gil, 2.0 * net->flops_per_sample() * batch),
+                               net->has_external());
                net->backward(p, *tape.tape, dp, gp, accumulate);
              }
              return g;
@@ -481,7 +491,7 @@ PYBIND11_MODULE(_native, m) {
           const float* g = readonly_flat(grad, n, "grad");
           float* b = optional_state(buf, n, "momentum_buffer");
           if (momentum != 0.0f && b == nullptr) throw py::value_error("momentum > 0 needs a momentum_buffer");
-          GilRelease gil(release_for_elements(release_gil, n));
+          CallScope scope(release_for_elements(release_gil, n), false);
           rlpar::optim::sgd_step(p, g, b, n, lr, momentum, weight_decay, nesterov);
         },
         py::arg("params"), py::arg("grad"), py::arg("momentum_buffer"), py::arg("lr"),
@@ -498,7 +508,7 @@ PYBIND11_MODULE(_native, m) {
           float* ga = optional_state(grad_avg, n, "grad_avg");
           float* b = optional_state(buf, n, "momentum_buffer");
           if (momentum != 0.0f && b == nullptr) throw py::value_error("momentum > 0 needs a momentum_buffer");
-          GilRelease gil(release_for_elements(release_gil, n));
+          CallScope scope(release_for_elements(release_gil, n), false);
           rlpar::optim::rmsprop_step(p, g, sq, ga, momentum != 0.0f ? b : nullptr, n, lr, alpha,
                                      eps, momentum, weight_decay);
         },
@@ -514,7 +524,7 @@ PYBIND11_MODULE(_native, m) {
           float* a = writable_flat(m1, n, "exp_avg");
           float* b = writable_flat(m2, n, "exp_avg_sq");
           if (step < 1) throw py::value_error("adam step count must be >= 1, got " + std::to_string(step));
-          GilRelease gil(release_for_elements(release_gil, n));
+          CallScope scope(release_for_elements(release_gil, n), false);
           rlpar::optim::adam_step(p, g, a, b, n, step, lr, beta1, beta2, eps, weight_decay);
         },
         py::arg("params"), py::arg("grad"), py::arg("exp_avg"), py::arg("exp_avg_sq"),
@@ -524,7 +534,7 @@ PYBIND11_MODULE(_native, m) {
         [](py::handle grad) {
           int64_t n = -1;
           const float* g = flat_f32(grad, n, "grad", false);
-          GilRelease gil(release_for_elements(py::none(), n));
+          CallScope scope(release_for_elements(py::none(), n), false);
           return rlpar::optim::global_norm(g, static_cast<size_t>(n));
         },
         py::arg("grad"));
@@ -533,7 +543,7 @@ PYBIND11_MODULE(_native, m) {
           if (!(max_norm > 0)) throw py::value_error("max_norm must be > 0, got " + std::to_string(max_norm));
           int64_t n = -1;
           float* g = flat_f32(grad, n, "grad", true);
-          GilRelease gil(release_for_elements(py::none(), n));
+          CallScope scope(release_for_elements(py::none(), n), false);
           return rlpar::optim::clip_by_global_norm(g, static_cast<size_t>(n), max_norm);
         },
         py::arg("grad"), py::arg("max_norm"));

@@ -83,7 +83,7 @@ void linear_backward(float* dx, float* dw, float* db, const float* dy, const flo
   ConstMatMap X(x, batch, in);
   MatMap DW(dw, in, out);
   DW.noalias() += X.transpose() * DY;
-  Eigen::Map<Eigen::RowVectorXf>(db, out) += DY.colwise().sum();
+  add_column_sums(db, dy, batch, out, out);
   if (dx != nullptr) {
     MatMap DX(dx, batch, in);
     DX.noalias() = DY * ConstMatMap(w, in, out).transpose();
@@ -115,7 +115,6 @@ void conv2d_backward(float* dx, float* dw, float* db, const float* dy, const flo
                      const float* w, int64_t batch, const ConvShape& s, float* col, int64_t chunk) {
   const int64_t patch = s.patch(), pos = s.positions();
   MatMap DW(dw, patch, s.oc);
-  Eigen::Map<Eigen::RowVectorXf> DB(db, s.oc);
   ConstMatMap W(w, patch, s.oc);
   if (dx != nullptr) std::memset(dx, 0, sizeof(float) * batch * s.h * s.w * s.c);
   for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
@@ -123,11 +122,18 @@ void conv2d_backward(float* dx, float* dw, float* db, const float* dy, const flo
     ConstMatMap DY(dy + n0 * pos * s.oc, m * pos, s.oc);
     im2col(col, x + n0 * s.h * s.w * s.c, m, s);
     DW.noalias() += ConstMatMap(col, m * pos, patch).transpose() * DY;
-    DB += DY.colwise().sum();
+    add_column_sums(db, dy + n0 * pos * s.oc, m * pos, s.oc, s.oc);
     if (dx != nullptr) {
       MatMap(col, m * pos, patch).noalias() = DY * W.transpose();
       col2im_add(dx + n0 * s.h * s.w * s.c, col, m, s);
     }
+  }
+}
+
+void add_column_sums(float* acc, const float* x, int64_t rows, int64_t cols, int64_t stride) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * stride;
+    for (int64_t j = 0; j < cols; ++j) acc[j] += row[j];
   }
 }
 

@@ -465,14 +465,15 @@ void Net::backward(const float* params, const Tape& tape, const float* dout, flo
   for (const OutputInfo& o : outputs_) {
     ConstStridedMap DY(dout + o.begin, batch, o.size, Eigen::OuterStride<>(output_size_));
     if (o.log_std) {
-      Eigen::Map<Eigen::RowVectorXf>(grad + head_logstd_offset_[o.head], o.size) +=
-          DY.colwise().sum();
+      layers::add_column_sums(grad + head_logstd_offset_[o.head], dout + o.begin, batch, o.size,
+                              output_size_);
       continue;
     }
     const float* w = params + head_weight_offset_[o.head];
     Eigen::Map<RowMat>(grad + head_weight_offset_[o.head], feature_size_, o.size).noalias() +=
         F.transpose() * DY;
-    Eigen::Map<Eigen::RowVectorXf>(grad + head_bias_offset_[o.head], o.size) += DY.colwise().sum();
+    layers::add_column_sums(grad + head_bias_offset_[o.head], dout + o.begin, batch, o.size,
+                            output_size_);
     DF.noalias() += DY * ConstMatMap(w, feature_size_, o.size).transpose();
   }
 

@@ -15,10 +15,10 @@
 //
 // 2. credited vs released. Every pin of slot S is counted in exactly one exchange() that retired S
 //    (the count resets to 0 with each new index), and the writer adds that count to S.credited.
-//    So once S is not current, credited(S) = all pins ever taken on S, and released(S) <= credited(S)
-//    with equality iff every one of them has been unpinned. Pins are only ever taken on the current
-//    slot and the writer alone changes which slot is current, so a non-current slot with
-//    released == credited has no reader and cannot gain one: the writer may overwrite it.
+//    So once S is not current, credited(S) = all pins ever taken on S, and released(S) <=
+//    credited(S) with equality iff every one of them has been unpinned. Pins are only ever taken on
+//    the current slot and the writer alone changes which slot is current, so a non-current slot
+//    with released == credited has no reader and cannot gain one: the writer may overwrite it.
 //    (released can run ahead of credited while S is current — a reader may pin and unpin before the
 //    exchange — but the writer never considers the current slot.)
 //
@@ -28,16 +28,16 @@
 //      sequence), so the filled buffer and version happen-before the reader's reads.
 //    - a reader's reads of S happen-before its released.fetch_add(release); the writer's
 //      released.load(acquire) that sees the final count makes them happen-before its next writes
-//      to S. The exchange needs no acquire: the writer reads nothing the readers wrote through `cur`
-//      except the count, which is a value, not a publication.
+//      to S. The exchange needs no acquire: the writer reads nothing the readers wrote through
+//      `cur` except the count, which is a value, not a publication.
 //
 // 4. N >= P + 2 never skips, where P is the most pins outstanding at once (every reader's Pins,
 //    including those kept alive by numpy arrays). begin_write() looks at the N - 1 non-current
-//    slots; a slot is busy only while it has an outstanding pin, and each pin keeps at most one slot
-//    busy, so at least N - 1 - P >= 1 slot is free.
+//    slots; a slot is busy only while it has an outstanding pin, and each pin keeps at most one
+//    slot busy, so at least N - 1 - P >= 1 slot is free.
 //
-// 5. Overflow: the pin count restarts at 0 with every publish; 2^56 pins between two publishes would
-//    take centuries. released/credited are 64-bit and only grow.
+// 5. Overflow: the pin count restarts at 0 with every publish; 2^56 pins between two publishes
+//    would take centuries. released/credited are 64-bit and only grow.
 #include "rlpar/snapshot.h"
 
 #include <algorithm>
@@ -65,8 +65,9 @@ struct SnapshotStore::Slot {
   // `version` from the caches of readers that are pinning.
   // released: incremented by readers on unpin.
   alignas(64) std::atomic<std::uint64_t> released{0};
-  // credited: pins counted against this slot when it stopped being current. Only the writer stores
-  // it (plain load + store, no read-modify-write); atomic only so that pinned_slots_hint() may peek.
+  // credited: pins counted against this slot when it stopped being current. Only the writer
+  // stores it (plain load + store, no read-modify-write); atomic only so that pinned_slots_hint()
+  // may peek.
   std::atomic<std::uint64_t> credited{0};
   // Written by the writer while no reader can pin this slot; read by readers after pinning it.
   alignas(64) std::uint64_t version = 0;
@@ -294,9 +295,9 @@ SnapshotBench bench_snapshot(std::size_t n_floats, int iters, int repeats) {
   SnapshotBench result{};
   result.pin_unpin_ns = time_pin_unpin_ns(store, iters, repeats);
 
-  // Publish cycles through all slots (none is pinned), so the memcpy baseline cycles through as many
-  // destination buffers: both then touch the same amount of memory, and the ratio isolates the cost
-  // of the protocol rather than a cache-size effect.
+  // Publish cycles through all slots (none is pinned), so the memcpy baseline cycles through as
+  // many destination buffers: both then touch the same amount of memory, and the ratio isolates the
+  // cost of the protocol rather than a cache-size effect.
   const std::size_t bytes = n_floats * sizeof(float);
   std::vector<float> src(n_floats, 2.0f);
   std::vector<std::vector<float>> dst(static_cast<std::size_t>(store.num_slots()),

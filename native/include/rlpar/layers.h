@@ -35,6 +35,11 @@ void conv2d_forward(float* y, const float* x, const float* w, const float* b, in
 void conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
                      const float* w, int64_t batch, const ConvShape& s, float* col, int64_t chunk);
 
+// acc[j] += sum_r x[r * stride + j] for j < cols, summing rows in order. Written out instead of
+// Eigen's colwise().sum(), whose summation order depends on the alignment of `acc` (a caller's
+// buffer), which would break bit-identical gradients across calls and threads.
+void add_column_sums(float* acc, const float* x, int64_t rows, int64_t cols, int64_t stride);
+
 // In-place safe: y may equal x.
 void relu_forward(float* y, const float* x, int64_t n);
 // dx = dy * (y > 0); dx may equal dy.

@@ -1,8 +1,8 @@
-// rlpar/snapshot.h — lock-free parameter snapshots: one writer (the learner), many readers (actors).
+// rlpar/snapshot.h — lock-free parameter snapshots: one writer (learner), many readers (actors).
 //
 // The learner keeps improving one flat float32 parameter vector of `n` floats. Every actor wants a
-// recent, *consistent* copy of it: all `n` floats from the same learner step, never half of one step
-// and half of the next. A SnapshotStore hands out such copies without ever blocking an actor:
+// recent, *consistent* copy of it: all `n` floats from the same learner step, never half of one
+// step and half of the next. A SnapshotStore hands out such copies without ever blocking an actor:
 //
 //     rlpar::SnapshotStore store(num_params);            // slot 0 holds zeros at version 0
 //
@@ -23,15 +23,17 @@
 //   - If every other slot is pinned, the publish is *skipped* (counted in skipped()), never waited
 //     for. With num_slots >= (most pins held at once) + 2 that cannot happen.
 //
-// Costs: pin and unpin are one atomic read-modify-write each (no lock, no system call, no loop), and
-// a publish is one memcpy of the parameters plus two atomic operations. A pinned buffer is immutable,
-// so a binding can hand it to numpy zero-copy as a read-only array whose owner keeps the Pin alive
-// (a Pin is movable: `new rlpar::Pin(store.pin())` inside a capsule, deleted by its destructor).
+// Costs: pin and unpin are one atomic read-modify-write each (no lock, no system call, no loop),
+// and a publish is one memcpy of the parameters plus two atomic operations. A pinned buffer is
+// immutable, so a binding can hand it to numpy zero-copy as a read-only array whose owner keeps the
+// Pin alive (a Pin is movable: `new rlpar::Pin(store.pin())` inside a capsule, deleted by its
+// destructor; the capsule must also keep the store's owner alive). Such arrays count as pins for
+// the sizing rule.
 //
 // Threads: pin(), the Pin methods and every const accessor may be called from any thread at any
-// time. begin_write(), commit(), abandon_write() and publish() belong to ONE writer at a time; if the
-// writer role moves to another thread, hand it over with a happens-before edge (a mutex, a join).
-// The store must outlive every Pin taken from it.
+// time. begin_write(), commit(), abandon_write() and publish() belong to ONE writer at a time; if
+// the writer role moves to another thread, hand it over with a happens-before edge (a mutex, a
+// join). The store must outlive every Pin taken from it.
 #pragma once
 
 #include <atomic>
@@ -44,7 +46,8 @@ namespace rlpar {
 class SnapshotStore;
 
 // A read-only view of one snapshot, held pinned until release() or destruction. Move-only.
-// A default-constructed or moved-from Pin is invalid: data() is nullptr, size() and version() are 0.
+// A default-constructed or moved-from Pin is invalid: data() is nullptr, size() and version()
+// are 0.
 class Pin {
  public:
   Pin() noexcept = default;
@@ -83,7 +86,8 @@ class SnapshotStore {
 
   // n: floats per snapshot (> 0). num_slots: pool size in [kMinSlots, kMaxSlots]; choose at least
   // (most pins held at once across all readers) + 2 so that no publish is ever skipped.
-  // Throws std::invalid_argument otherwise. Before the first publish, pin() sees zeros at version 0.
+  // Throws std::invalid_argument otherwise. Before the first publish, pin() sees zeros at
+  // version 0.
   explicit SnapshotStore(std::size_t n, int num_slots = kDefaultSlots);
   ~SnapshotStore();
   SnapshotStore(const SnapshotStore&) = delete;
@@ -104,9 +108,9 @@ class SnapshotStore {
   // Makes the reserved slot the latest snapshot with version latest_version() + 1 and returns it.
   // Throws std::logic_error without a reservation.
   std::uint64_t commit();
-  // Same, with an explicit version (e.g. the learner's step, so that policy lag stays exact even when
-  // publishes are skipped). Throws std::invalid_argument unless version > latest_version(); the
-  // reservation is kept in that case.
+  // Same, with an explicit version (e.g. the learner's step, so that policy lag stays exact even
+  // when publishes are skipped). Throws std::invalid_argument unless version > latest_version();
+  // the reservation is kept in that case.
   std::uint64_t commit(std::uint64_t version);
   // Drops the reservation. Nothing was visible to readers, so nothing needs undoing; the slot stays
   // free and may be handed out again by the next begin_write(). A no-op without a reservation.
