@@ -46,7 +46,12 @@ std::atomic<int64_t> g_released_calls{0};
 
 bool want_release(py::object release_gil, double flops) {
   if (release_gil.is_none()) return flops >= g_release_threshold.load(std::memory_order_relaxed);
-  return release_gil.cast<bool>();
+  try {
+    return release_gil.cast<bool>();
+  } catch (const py::cast_error&) {
+    throw py::type_error("release_gil must be True, False or None, got " +
+                         py::str(py::type::of(release_gil).attr("__name__")).cast<std::string>());
+  }
 }
 
 // The scope of one native call that may let other Python threads run while it is inside native
@@ -241,12 +246,16 @@ class PyExternalLayer final : public rlpar::ExternalLayer {
   Shape output_shape(const Shape& in) override {
     py::gil_scoped_acquire gil;
     py::object r = layer_.attr("output_shape")(py::tuple(py::cast(in)));
+    auto not_ints = [&] {
+      return py::type_error(name_ + ".output_shape must return a tuple of ints, got " +
+                            py::repr(r).cast<std::string>());
+    };
+    if (!py::isinstance<py::iterable>(r)) throw not_ints();
     Shape s;
     try {
       for (py::handle d : r) s.push_back(d.cast<int64_t>());
     } catch (const py::cast_error&) {
-      throw py::type_error(name_ + ".output_shape must return a tuple of ints, got " +
-                           py::repr(r).cast<std::string>());
+      throw not_ints();
     }
     return s;
   }
@@ -269,11 +278,16 @@ class PyExternalLayer final : public rlpar::ExternalLayer {
  private:
   void copy_result(const py::object& r, float* dst, const Shape& s, int64_t batch,
                    const char* method) const {
+    auto not_array = [&] {
+      return py::type_error(name_ + "." + method + " must return a numpy array, got " +
+                            py::str(py::type::of(r).attr("__name__")).cast<std::string>());
+    };
+    // None, scalars and lists would convert to arrays of another shape: name their type instead.
+    if (!PyObject_CheckBuffer(r.ptr()) && !py::hasattr(r, "__array__")) throw not_array();
     auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(r);
     if (!a) {
       PyErr_Clear();
-      throw py::type_error(name_ + "." + method + " must return a numpy array, got " +
-                           py::str(py::type::of(r).attr("__name__")).cast<std::string>());
+      throw not_array();
     }
     const auto want = batch_dims(s, batch);
     bool ok = a.ndim() == static_cast<py::ssize_t>(want.size());
@@ -548,5 +562,9 @@ PYBIND11_MODULE(_native, m) {
         },
         py::arg("grad"), py::arg("max_norm"));
 
+  // pybind11 looks numpy's C API up lazily and releases the GIL while doing so the first time.
+  // Do it now, at import: a thread whose first call parked there at interpreter exit would be
+  // unwound through a noexcept destructor (std::terminate).
+  (void)py::dtype::of<float>();
   py::module_::import("atexit").attr("register")(m.attr("_stop_releasing_gil"));
 }

@@ -173,6 +173,16 @@ void test_pin_is_move_only_owner() {
   CHECK(store.pinned_slots_hint() == 0);
 }
 
+// Only that it runs cleanly (under the sanitizers) and reports sane numbers; timing targets are
+// checked on optimised builds, not here.
+void test_bench_runs() {
+  const rlpar::SnapshotBench b = rlpar::bench_snapshot(256, 2000, 3);
+  CHECK(b.pin_unpin_ns > 0 && b.publish_us_per_mb > 0 && b.memcpy_us_per_mb > 0);
+  CHECK_THROWS(std::invalid_argument, rlpar::bench_snapshot(0, 1, 1));
+  CHECK_THROWS(std::invalid_argument, rlpar::bench_snapshot(1, 0, 1));
+  CHECK_THROWS(std::invalid_argument, rlpar::bench_snapshot(1, 1, 0));
+}
+
 }  // namespace
 
 int main() {
@@ -183,5 +193,6 @@ int main() {
   test_n_minus_2_pins_never_skip();
   test_abandoned_write_is_invisible();
   test_pin_is_move_only_owner();
+  test_bench_runs();
   return rlpar_test::finish("test_snapshot");
 }

@@ -13,11 +13,11 @@
 //                 checker MUST report torn reads, otherwise it could not have caught a real bug.
 //
 // How the broken writer coexists with TSan: it writes with relaxed atomic stores, and the checker
-// always reads with relaxed atomic loads. Atomic-vs-atomic accesses are not a data race, so TSan stays
-// quiet about the deliberate bug and the program has no undefined behaviour; yet the honest writer
-// fills slots with plain stores (memcpy and a loop), and TSan reports a plain write racing with an
-// atomic read, so the honest scenarios keep their full TSan coverage. (Checked by weakening the
-// store's orderings to relaxed: TSan then fails the honest scenarios.)
+// always reads with relaxed atomic loads. Atomic-vs-atomic accesses are not a data race, so TSan
+// stays quiet about the deliberate bug and the program has no undefined behaviour; yet the honest
+// writer fills slots with plain stores (memcpy and a loop), and TSan reports a plain write racing
+// with an atomic read, so the honest scenarios keep their full TSan coverage. (Checked by weakening
+// the store's orderings to relaxed: TSan then fails the honest scenarios.)
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -148,7 +148,8 @@ Result run(const Scenario& sc) {
   while (!started.load(std::memory_order_relaxed)) std::this_thread::yield();
   std::vector<std::thread> readers;
   for (int r = 0; r < sc.readers; ++r) {
-    const std::uint64_t share = sc.reads / sc.readers + (r < static_cast<int>(sc.reads % sc.readers));
+    const std::uint64_t share =
+        sc.reads / sc.readers + (static_cast<std::uint64_t>(r) < sc.reads % sc.readers);
     readers.emplace_back(run_reader, std::cref(store), share, std::ref(stats[r]));
   }
   for (std::thread& t : readers) t.join();
