@@ -5,6 +5,7 @@ Public API (everything a user or a plug-in agent needs is importable from here):
 - nets: `NetSpec`, layers `Linear`, `Conv2d`, `ReLU`, `Tanh`, `Flatten`, `PyLayer`, heads
   `Categorical`, `Value`, `Gaussian`, helpers `mlp_spec`, `conv_spec`, and `Net`;
 - optimizers: `SGD`, `RMSProp`, `Adam`, `clip_grad_norm`, `global_norm`;
+- parameter snapshots: `SnapshotStore`, `Snapshot`;
 - GIL policy: `gil_release_threshold`, `set_gil_release_threshold`.
 """
 
@@ -27,6 +28,7 @@ from rlpar.nn import (
     set_gil_release_threshold,
 )
 from rlpar.optim import SGD, Adam, Optimizer, RMSProp, clip_grad_norm, global_norm
+from rlpar.snapshot import Snapshot, SnapshotStore
 
 __version__ = "0.1.0"
 
@@ -44,6 +46,8 @@ __all__ = [
     "PyLayer",
     "RMSProp",
     "ReLU",
+    "Snapshot",
+    "SnapshotStore",
     "Tanh",
     "Tape",
     "Value",

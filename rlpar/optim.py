@@ -30,11 +30,14 @@ def clip_grad_norm(grad: np.ndarray, max_norm: float) -> float:
     return _native.clip_by_global_norm(grad, float(max_norm))
 
 
-def _check(name: str, value: float, low: float, high: float = math.inf, open_low=False) -> float:
+def _check(
+    name: str, value: float, low: float, high: float = math.inf, open_low=False, open_high=False
+) -> float:
     value = float(value)
-    ok = (value > low if open_low else value >= low) and value <= high and math.isfinite(value)
-    if not ok:
-        upper = f" and <= {high}" if high < math.inf else ""
+    above = value > low if open_low else value >= low
+    below = value < high if open_high else value <= high
+    if not (above and below and math.isfinite(value)):
+        upper = f" and {'<' if open_high else '<='} {high}" if high < math.inf else ""
         bound = f"{'>' if open_low else '>='} {low}{upper}"
         raise ValueError(f"{name} must be {bound}, got {value}")
     return value
@@ -55,6 +58,14 @@ class Optimizer:
     def step(self, params: np.ndarray, grad: np.ndarray) -> None:
         """Update ``params`` (float32 ``[num_params]``) in place from ``grad``."""
         raise NotImplementedError
+
+    def _check_params(self, params: np.ndarray) -> None:
+        # Without state buffers to compare against, a wrong size would otherwise go unnoticed.
+        if np.shape(params) != (self.num_params,):
+            raise ValueError(
+                f"params must have shape ({self.num_params},) (the optimizer's num_params), "
+                f"got {np.shape(params)}"
+            )
 
     def state_dict(self) -> dict[str, np.ndarray | int | float]:
         """The state buffers (copies), the step count and the learning rate."""
@@ -96,6 +107,7 @@ class SGD(Optimizer):
         self.nesterov = bool(nesterov)
 
     def step(self, params: np.ndarray, grad: np.ndarray) -> None:
+        self._check_params(params)
         _native.sgd_step(
             params, grad, self._state.get("momentum_buffer"), self.lr, self.momentum,
             self.weight_decay, self.nesterov,
@@ -127,6 +139,7 @@ class RMSProp(Optimizer):
         self.weight_decay = _check("weight_decay", weight_decay, 0.0)
 
     def step(self, params: np.ndarray, grad: np.ndarray) -> None:
+        self._check_params(params)
         s = self._state
         _native.rmsprop_step(
             params, grad, s["square_avg"], s.get("grad_avg"), s.get("momentum_buffer"),
@@ -149,12 +162,14 @@ class Adam(Optimizer):
     ) -> None:
         super().__init__(num_params, ("exp_avg", "exp_avg_sq"))
         self.lr = _check("lr", lr, 0.0, open_low=True)
-        self.beta1 = _check("beta1", beta1, 0.0, 1.0)
-        self.beta2 = _check("beta2", beta2, 0.0, 1.0)
+        # beta = 1 would divide by a zero bias correction (1 - beta^t) and make params NaN.
+        self.beta1 = _check("beta1", beta1, 0.0, 1.0, open_high=True)
+        self.beta2 = _check("beta2", beta2, 0.0, 1.0, open_high=True)
         self.eps = _check("eps", eps, 0.0, open_low=True)
         self.weight_decay = _check("weight_decay", weight_decay, 0.0)
 
     def step(self, params: np.ndarray, grad: np.ndarray) -> None:
+        self._check_params(params)
         s = self._state
         _native.adam_step(
             params, grad, s["exp_avg"], s["exp_avg_sq"], self.steps + 1, self.lr, self.beta1,

@@ -58,7 +58,7 @@ def test_sixteen_threads_give_bit_identical_outputs_and_grads(release_gil) -> No
     def compute(_i: int) -> list[tuple[np.ndarray, np.ndarray]]:
         res = []
         for _ in range(20):
-            for x, d in zip(batches, douts):
+            for x, d in zip(batches, douts, strict=True):
                 out, tape = net.forward_train(params, x, release_gil=release_gil)
                 grad = net.backward(tape, d, release_gil=release_gil)
                 res.append((out, grad))
@@ -66,7 +66,7 @@ def test_sixteen_threads_give_bit_identical_outputs_and_grads(release_gil) -> No
 
     reference = compute(0)
     for per_thread in _run_threads(16, compute):
-        for (out, grad), (ref_out, ref_grad) in zip(per_thread, reference):
+        for (out, grad), (ref_out, ref_grad) in zip(per_thread, reference, strict=True):
             assert np.array_equal(out, ref_out)
             assert np.array_equal(grad, ref_grad)
 
@@ -143,7 +143,9 @@ def test_python_layer_in_the_middle_eight_threads() -> None:
 
 
 def test_python_layer_gradient_matches_finite_differences() -> None:
-    spec = rlpar.NetSpec(input_shape=(3,), layers=[rlpar.Linear(5), Square()], heads=[rlpar.Value()])
+    spec = rlpar.NetSpec(
+        input_shape=(3,), layers=[rlpar.Linear(5), Square()], heads=[rlpar.Value()]
+    )
     net = rlpar.Net(spec)
     params = net.init_params(seed=0).astype(np.float64)
     x = np.array([[0.3, -0.2, 0.5]], np.float32)

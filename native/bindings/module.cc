@@ -21,8 +21,10 @@
 #include <string>
 #include <thread>
 
+#include "gil.h"
 #include "rlpar/net.h"
 #include "rlpar/optim.h"
+#include "snapshot_py.h"
 
 namespace py = pybind11;
 using rlpar::HeadKind;
@@ -32,70 +34,10 @@ using rlpar::Net;
 using rlpar::NetSpec;
 using rlpar::Shape;
 
+using rlpar_py::CallScope;
+using rlpar_py::want_release;
+
 namespace {
-
-// ---------------------------------------------------------------------------------------------
-// GIL policy
-
-// Work (floating point operations) above which a call releases the GIL when release_gil=None.
-// Measured on the project machine (README, "GIL policy"): below ~20 kflop the hand-off to another
-// thread costs more than the work it frees.
-std::atomic<double> g_release_threshold{20000.0};
-std::atomic<bool> g_closing{false};
-std::atomic<int64_t> g_released_calls{0};
-
-bool want_release(py::object release_gil, double flops) {
-  if (release_gil.is_none()) return flops >= g_release_threshold.load(std::memory_order_relaxed);
-  try {
-    return release_gil.cast<bool>();
-  } catch (const py::cast_error&) {
-    throw py::type_error("release_gil must be True, False or None, got " +
-                         py::str(py::type::of(release_gil).attr("__name__")).cast<std::string>());
-  }
-}
-
-// The scope of one native call that may let other Python threads run while it is inside native
-// code: it releases the GIL (when asked), or it calls a Python layer (whose bytecode hands the GIL
-// around). Such calls are counted, so that the exit hook can wait for them: once the interpreter
-// finalizes, a thread that takes the GIL back is terminated by unwinding, which must never run
-// through our frames. The counter is raised before the flag is read (both sequentially
-// consistent), so the exit hook either sees this call in flight or this call sees the flag.
-// After the hook, calls keep the GIL, and calls that would run Python layers raise.
-class CallScope {
- public:
-  CallScope(bool release, bool runs_python) {
-    if (!release && !runs_python) return;
-    g_released_calls.fetch_add(1);
-    if (g_closing.load()) {
-      g_released_calls.fetch_sub(1);
-      if (runs_python) {
-        throw std::runtime_error("the interpreter is shutting down: nets with Python layers no longer run");
-      }
-      return;
-    }
-    counted_ = true;
-    if (release) released_.emplace();
-  }
-  ~CallScope() {
-    released_.reset();  // re-takes the GIL
-    if (counted_) g_released_calls.fetch_sub(1);
-  }
-  CallScope(const CallScope&) = delete;
-  CallScope& operator=(const CallScope&) = delete;
-
- private:
-  bool counted_ = false;
-  std::optional<py::gil_scoped_release> released_;
-};
-
-void stop_releasing_gil(double timeout_s) {
-  g_closing.store(true);
-  py::gil_scoped_release release;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (g_released_calls.load() > 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Argument checks: every message says what was expected and what came.
@@ -167,7 +109,18 @@ const float* readonly_flat(py::handle obj, int64_t n, const char* what) {
   return flat_f32(obj, n, what, false);
 }
 
+// params: a flat float32 vector, or a pinned Snapshot (read in place, kept alive by the caller).
 const float* flat_params(const Net& net, py::handle obj) {
+  if (py::isinstance<rlpar_py::PySnapshot>(obj)) {
+    const auto& snap = obj.cast<const rlpar_py::PySnapshot&>();
+    if (!snap.pin) throw py::value_error("params: this snapshot was released");
+    const rlpar::Pin& pin = snap.pin->pin;
+    if (static_cast<int64_t>(pin.size()) != net.num_params()) {
+      throw py::value_error("params: the snapshot holds " + std::to_string(pin.size()) +
+                            " values, the net expects " + std::to_string(net.num_params()));
+    }
+    return pin.data();
+  }
   return readonly_flat(obj, net.num_params(), "params");
 }
 
@@ -347,11 +300,14 @@ std::shared_ptr<Net> make_net(const Shape& input_shape, bool input_uint8, float 
   return std::make_shared<Net>(std::move(spec));
 }
 
-// A recorded forward pass: the core tape plus the parameter array it used (kept alive).
+// A recorded forward pass: the core tape plus what keeps its parameters alive and unchanged until
+// backward (the caller's array, or a share of a snapshot's pin).
 struct PyTape {
   std::shared_ptr<Net> net;
   std::unique_ptr<rlpar::Tape> tape;
   py::object params;
+  std::shared_ptr<rlpar_py::SharedPin> pin;
+  const float* params_data = nullptr;
 };
 
 py::array_t<float> do_forward(const std::shared_ptr<Net>& net, py::handle params, py::handle obs,
@@ -398,10 +354,10 @@ PYBIND11_MODULE(_native, m) {
 
   m.def("set_gil_release_threshold", [](double flops) {
         if (!(flops >= 0)) throw py::value_error("threshold must be >= 0 flops, got " + std::to_string(flops));
-        g_release_threshold.store(flops);
+        rlpar_py::g_release_threshold.store(flops);
       }, py::arg("flops"));
-  m.def("gil_release_threshold", [] { return g_release_threshold.load(); });
-  m.def("_stop_releasing_gil", &stop_releasing_gil, py::arg("timeout_s") = 5.0);
+  m.def("gil_release_threshold", [] { return rlpar_py::g_release_threshold.load(); });
+  m.def("_stop_releasing_gil", &rlpar_py::stop_releasing_gil, py::arg("timeout_s") = 5.0);
 
   py::class_<PyTape>(m, "Tape", "Activations of one forward_train call, consumed by backward.")
       .def_property_readonly("batch", [](const PyTape& t) { return t.tape ? t.tape->batch() : 0; })
@@ -454,7 +410,11 @@ PYBIND11_MODULE(_native, m) {
       .def("forward_train",
            [](const std::shared_ptr<Net>& net, py::handle params, py::handle obs, py::object out,
               py::object release_gil, bool check_finite) {
-             PyTape t{net, nullptr, py::reinterpret_borrow<py::object>(params)};
+             PyTape t{net, nullptr, py::reinterpret_borrow<py::object>(params), nullptr, nullptr};
+             if (py::isinstance<rlpar_py::PySnapshot>(params)) {
+               t.pin = params.cast<const rlpar_py::PySnapshot&>().pin;
+             }
+             t.params_data = flat_params(*net, params);
              auto y = do_forward(net, params, obs, std::move(out), std::move(release_gil),
                                  check_finite, &t.tape);
              return py::make_tuple(y, std::move(t));
@@ -467,7 +427,7 @@ PYBIND11_MODULE(_native, m) {
              if (!tape.tape) throw py::value_error("this tape was released; record a new one with forward_train");
              if (tape.net != net) throw py::value_error("this tape was recorded by another net");
              const int64_t batch = tape.tape->batch();
-             const float* p = flat_params(*net, tape.params);
+             const float* p = tape.params_data;
              py::array d = as_array(dout, "dout");
              require_float32(d, "dout");
              if (d.ndim() != 2 || d.shape(0) != batch || d.shape(1) != net->output_size()) {
@@ -566,5 +526,6 @@ PYBIND11_MODULE(_native, m) {
   // Do it now, at import: a thread whose first call parked there at interpreter exit would be
   // unwound through a noexcept destructor (std::terminate).
   (void)py::dtype::of<float>();
+  rlpar_py::bind_snapshot(m);
   py::module_::import("atexit").attr("register")(m.attr("_stop_releasing_gil"));
 }

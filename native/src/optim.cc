@@ -1,5 +1,6 @@
 #include "rlpar/optim.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace rlpar::optim {
@@ -28,7 +29,8 @@ void rmsprop_step(float* p, const float* g, float* square_avg, float* grad_avg, 
     if (grad_avg != nullptr) {
       const float ga = alpha * grad_avg[i] + one_minus * gi;
       grad_avg[i] = ga;
-      var = sq - ga * ga;
+      // Rounding can make the variance estimate slightly negative for near-constant gradients.
+      var = std::max(sq - ga * ga, 0.0f);
     }
     const float step = gi / (std::sqrt(var) + eps);
     if (buf != nullptr) {

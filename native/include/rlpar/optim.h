@@ -16,7 +16,7 @@ namespace rlpar::optim {
 void sgd_step(float* p, const float* g, float* buf, size_t n, float lr, float momentum,
               float weight_decay, bool nesterov);
 
-// sq = a * sq + (1 - a) g^2; centered: ga = a * ga + (1 - a) g, denom = sqrt(sq - ga^2) + eps,
+// sq = a * sq + (1 - a) g^2; centered: ga = a * ga + (1 - a) g, denom = sqrt(max(sq - ga^2, 0)) + eps,
 // else denom = sqrt(sq) + eps; momentum: buf = m * buf + g / denom, p -= lr * buf;
 // otherwise p -= lr * g / denom. `grad_avg` null = not centered; `buf` null when momentum == 0.
 void rmsprop_step(float* p, const float* g, float* square_avg, float* grad_avg, float* buf,

@@ -1,0 +1,81 @@
+// GIL policy shared by the binding files: when a call releases the GIL, and how the interpreter's
+// exit waits for calls that could let other threads run.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+
+namespace rlpar_py {
+
+namespace py = pybind11;
+
+// ---------------------------------------------------------------------------------------------
+// GIL policy
+
+// Work (floating point operations) above which a call releases the GIL when release_gil=None.
+// Measured on the project machine (README, "GIL policy"): below ~20 kflop the hand-off to another
+// thread costs more than the work it frees.
+inline std::atomic<double> g_release_threshold{20000.0};
+inline std::atomic<bool> g_closing{false};
+inline std::atomic<int64_t> g_released_calls{0};
+
+inline bool want_release(py::object release_gil, double flops) {
+  if (release_gil.is_none()) return flops >= g_release_threshold.load(std::memory_order_relaxed);
+  try {
+    return release_gil.cast<bool>();
+  } catch (const py::cast_error&) {
+    throw py::type_error("release_gil must be True, False or None, got " +
+                         py::str(py::type::of(release_gil).attr("__name__")).cast<std::string>());
+  }
+}
+
+// The scope of one native call that may let other Python threads run while it is inside native
+// code: it releases the GIL (when asked), or it calls a Python layer (whose bytecode hands the GIL
+// around). Such calls are counted, so that the exit hook can wait for them: once the interpreter
+// finalizes, a thread that takes the GIL back is terminated by unwinding, which must never run
+// through our frames. The counter is raised before the flag is read (both sequentially
+// consistent), so the exit hook either sees this call in flight or this call sees the flag.
+// After the hook, calls keep the GIL, and calls that would run Python layers raise.
+class CallScope {
+ public:
+  CallScope(bool release, bool runs_python) {
+    if (!release && !runs_python) return;
+    g_released_calls.fetch_add(1);
+    if (g_closing.load()) {
+      g_released_calls.fetch_sub(1);
+      if (runs_python) {
+        throw std::runtime_error("the interpreter is shutting down: nets with Python layers no longer run");
+      }
+      return;
+    }
+    counted_ = true;
+    if (release) released_.emplace();
+  }
+  ~CallScope() {
+    released_.reset();  // re-takes the GIL
+    if (counted_) g_released_calls.fetch_sub(1);
+  }
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+
+ private:
+  bool counted_ = false;
+  std::optional<py::gil_scoped_release> released_;
+};
+
+inline void stop_releasing_gil(double timeout_s) {
+  g_closing.store(true);
+  py::gil_scoped_release release;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (g_released_calls.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+}  // namespace rlpar_py
