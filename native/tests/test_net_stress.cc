@@ -1,0 +1,149 @@
+// Stress test of one shared Net (no Python): many threads run forward and forward+backward at once
+// on the same net and the same parameters, and must reproduce the single-threaded results bit for
+// bit; meanwhile a learner thread trains its own copy of the parameters and publishes them through
+// a SnapshotStore that reader threads pin and run inference on. Under ThreadSanitizer this proves
+// that the net keeps no shared mutable state beyond its workspace pool.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "check.h"
+#include "rlpar/net.h"
+#include "rlpar/optim.h"
+#include "rlpar/snapshot.h"
+
+using rlpar::HeadKind;
+using rlpar::LayerSpec;
+
+namespace {
+
+rlpar::NetSpec conv_spec() {
+  rlpar::NetSpec spec;
+  spec.input_shape = {6, 6, 2};
+  spec.layers = {LayerSpec::conv2d(4, 3, 1, 1), LayerSpec::relu(), LayerSpec::flatten(),
+                 LayerSpec::linear(16), LayerSpec::tanh()};
+  spec.heads = {{HeadKind::Categorical, 3}, {HeadKind::Value, 1}, {HeadKind::Gaussian, 2}};
+  return spec;
+}
+
+std::vector<float> random_vector(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+struct Result {
+  std::vector<float> out, grad;
+};
+
+Result run_once(const rlpar::Net& net, const float* params, const std::vector<float>& obs,
+                const std::vector<float>& dout, int64_t batch) {
+  Result r;
+  r.out.resize(batch * net.output_size());
+  r.grad.resize(net.num_params());
+  auto tape = net.forward_train(params, obs.data(), batch, r.out.data());
+  net.backward(params, *tape, dout.data(), r.grad.data(), false);
+  return r;
+}
+
+void shared_net_is_deterministic_across_threads() {
+  const rlpar::Net net(conv_spec());
+  const auto params = random_vector(net.num_params(), 1, 0.2f);
+  const int64_t batches[] = {1, 3, 17};
+  std::vector<std::vector<float>> obs, douts;
+  std::vector<Result> expected;
+  for (int64_t b : batches) {
+    obs.push_back(random_vector(b * net.input_size(), 10 + b, 1.0f));
+    douts.push_back(random_vector(b * net.output_size(), 20 + b, 1.0f));
+    expected.push_back(run_once(net, params.data(), obs.back(), douts.back(), b));
+  }
+  constexpr int kThreads = 8, kIters = 60;
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kIters; ++i) {
+        const size_t k = (t + i) % 3;
+        Result r = run_once(net, params.data(), obs[k], douts[k], batches[k]);
+        if (r.out != expected[k].out || r.grad != expected[k].grad) ++mismatches;
+        std::vector<float> out(batches[k] * net.output_size());
+        net.forward(params.data(), obs[k].data(), batches[k], out.data());
+        if (out != expected[k].out) ++mismatches;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(mismatches.load() == 0);
+  const auto stats = net.workspace_stats();
+  CHECK(stats.workspaces <= kThreads + 1);
+  CHECK(stats.idle == stats.workspaces);
+  std::printf("shared net: %d threads x %d iterations, %d mismatches, %lld workspaces\n", kThreads,
+              kIters, mismatches.load(), static_cast<long long>(stats.workspaces));
+}
+
+// One learner trains and publishes; readers pin and run forward on whatever version they get.
+void learner_publishes_while_actors_infer() {
+  const rlpar::Net net(conv_spec());
+  const int64_t n = net.num_params();
+  rlpar::SnapshotStore store(static_cast<size_t>(n), 8);
+  auto params = random_vector(n, 2, 0.2f);
+  store.publish(params.data(), params.size());
+
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> inferences{0};
+  std::atomic<int> bad{0};
+  std::vector<std::thread> actors;
+  for (int a = 0; a < 4; ++a) {
+    actors.emplace_back([&, a] {
+      const int64_t batch = 4;
+      const auto obs = random_vector(batch * net.input_size(), 100 + a, 1.0f);
+      std::vector<float> out(batch * net.output_size());
+      uint64_t last = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        rlpar::Pin pin = store.pin();
+        if (pin.version() < last) ++bad;
+        last = pin.version();
+        net.forward(pin.data(), obs.data(), batch, out.data());
+        if (!std::all_of(out.begin(), out.end(), [](float x) { return x == x; })) ++bad;
+        ++inferences;
+      }
+    });
+  }
+
+  const int64_t batch = 16;
+  const auto obs = random_vector(batch * net.input_size(), 7, 1.0f);
+  const auto dout = random_vector(batch * net.output_size(), 8, 0.1f);
+  std::vector<float> out(batch * net.output_size()), grad(n), sq(n, 0.0f);
+  int steps = 0;
+  for (; steps < 200; ++steps) {
+    auto tape = net.forward_train(params.data(), obs.data(), batch, out.data());
+    net.backward(params.data(), *tape, dout.data(), grad.data(), false);
+    rlpar::optim::clip_by_global_norm(grad.data(), grad.size(), 1.0);
+    rlpar::optim::rmsprop_step(params.data(), grad.data(), sq.data(), nullptr, nullptr, n, 1e-3f,
+                               0.99f, 1e-5f, 0.0f, 0.0f);
+    store.publish(params.data(), params.size());
+  }
+  stop.store(true);
+  for (auto& th : actors) th.join();
+  CHECK(bad.load() == 0);
+  CHECK(store.skipped() == 0);
+  CHECK(store.latest_version() == static_cast<uint64_t>(steps) + 1);
+  CHECK(inferences.load() > 0);
+  std::printf("learner + actors: %d publishes, %lld inferences, %d bad\n", steps,
+              static_cast<long long>(inferences.load()), bad.load());
+}
+
+}  // namespace
+
+int main() {
+  shared_net_is_deterministic_across_threads();
+  learner_publishes_while_actors_infer();
+  return rlpar_test::finish("test_net_stress");
+}
