@@ -25,7 +25,9 @@ inline std::atomic<double> g_release_threshold{20000.0};
 inline std::atomic<bool> g_closing{false};
 inline std::atomic<int64_t> g_released_calls{0};
 
-inline bool want_release(py::object release_gil, double flops) {
+// Call it in its own statement, before CallScope: a temporary py::object in the full-expression
+// that constructs a CallScope is destroyed at its end, after the GIL was released.
+inline bool want_release(py::handle release_gil, double flops) {
   if (release_gil.is_none()) return flops >= g_release_threshold.load(std::memory_order_relaxed);
   try {
     return release_gil.cast<bool>();
@@ -42,6 +44,7 @@ inline bool want_release(py::object release_gil, double flops) {
 // through our frames. The counter is raised before the flag is read (both sequentially
 // consistent), so the exit hook either sees this call in flight or this call sees the flag.
 // After the hook, calls keep the GIL, and calls that would run Python layers raise.
+// Construct it in a statement of its own that creates no Python temporaries (see want_release).
 class CallScope {
  public:
   CallScope(bool release, bool runs_python) {

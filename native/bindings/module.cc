@@ -324,8 +324,8 @@ py::array_t<float> do_forward(const std::shared_ptr<Net>& net, py::handle params
   const void* xp = x.data();
   float* yp = y.mutable_data();
   {
-    CallScope scope(want_release(release_gil, net->flops_per_sample() * batch),
-                    net->has_external());
+    const bool release = want_release(release_gil, net->flops_per_sample() * batch);
+    CallScope scope(release, net->has_external());
     if (tape) {
       *tape = net->forward_train(p, xp, batch, yp);
     } else {
@@ -343,8 +343,8 @@ float* optional_state(py::object a, int64_t n, const char* what) {
   return writable_flat(as_array(a, what), n, what);
 }
 
-bool release_for_elements(py::object release_gil, int64_t n) {
-  return want_release(std::move(release_gil), 8.0 * static_cast<double>(n));
+bool release_for_elements(py::handle release_gil, int64_t n) {
+  return want_release(release_gil, 8.0 * static_cast<double>(n));
 }
 
 }  // namespace
@@ -447,8 +447,8 @@ PYBIND11_MODULE(_native, m) {
              const float* dp = static_cast<const float*>(d.data());
              if (check_finite) rlpar::check_finite(dp, batch * net->output_size(), "dout");
              {
-               CallScope scope(want_release(release_gil, 2.0 * net->flops_per_sample() * batch),
-                               net->has_external());
+               const bool release = want_release(release_gil, 2.0 * net->flops_per_sample() * batch);
+               CallScope scope(release, net->has_external());
                net->backward(p, *tape.tape, dp, gp, accumulate);
              }
              return g;
@@ -465,7 +465,8 @@ PYBIND11_MODULE(_native, m) {
           const float* g = readonly_flat(grad, n, "grad");
           float* b = optional_state(buf, n, "momentum_buffer");
           if (momentum != 0.0f && b == nullptr) throw py::value_error("momentum > 0 needs a momentum_buffer");
-          CallScope scope(release_for_elements(release_gil, n), false);
+          const bool release = release_for_elements(release_gil, n);
+          CallScope scope(release, false);
           rlpar::optim::sgd_step(p, g, b, n, lr, momentum, weight_decay, nesterov);
         },
         py::arg("params"), py::arg("grad"), py::arg("momentum_buffer"), py::arg("lr"),
@@ -482,7 +483,8 @@ PYBIND11_MODULE(_native, m) {
           float* ga = optional_state(grad_avg, n, "grad_avg");
           float* b = optional_state(buf, n, "momentum_buffer");
           if (momentum != 0.0f && b == nullptr) throw py::value_error("momentum > 0 needs a momentum_buffer");
-          CallScope scope(release_for_elements(release_gil, n), false);
+          const bool release = release_for_elements(release_gil, n);
+          CallScope scope(release, false);
           rlpar::optim::rmsprop_step(p, g, sq, ga, momentum != 0.0f ? b : nullptr, n, lr, alpha,
                                      eps, momentum, weight_decay);
         },
@@ -498,7 +500,8 @@ PYBIND11_MODULE(_native, m) {
           float* a = writable_flat(m1, n, "exp_avg");
           float* b = writable_flat(m2, n, "exp_avg_sq");
           if (step < 1) throw py::value_error("adam step count must be >= 1, got " + std::to_string(step));
-          CallScope scope(release_for_elements(release_gil, n), false);
+          const bool release = release_for_elements(release_gil, n);
+          CallScope scope(release, false);
           rlpar::optim::adam_step(p, g, a, b, n, step, lr, beta1, beta2, eps, weight_decay);
         },
         py::arg("params"), py::arg("grad"), py::arg("exp_avg"), py::arg("exp_avg_sq"),
@@ -508,7 +511,8 @@ PYBIND11_MODULE(_native, m) {
         [](py::handle grad) {
           int64_t n = -1;
           const float* g = flat_f32(grad, n, "grad", false);
-          CallScope scope(release_for_elements(py::none(), n), false);
+          const bool release = release_for_elements(py::none(), n);
+          CallScope scope(release, false);
           return rlpar::optim::global_norm(g, static_cast<size_t>(n));
         },
         py::arg("grad"));
@@ -517,7 +521,8 @@ PYBIND11_MODULE(_native, m) {
           if (!(max_norm > 0)) throw py::value_error("max_norm must be > 0, got " + std::to_string(max_norm));
           int64_t n = -1;
           float* g = flat_f32(grad, n, "grad", true);
-          CallScope scope(release_for_elements(py::none(), n), false);
+          const bool release = release_for_elements(py::none(), n);
+          CallScope scope(release, false);
           return rlpar::optim::clip_by_global_norm(g, static_cast<size_t>(n), max_norm);
         },
         py::arg("grad"), py::arg("max_norm"));

@@ -79,7 +79,8 @@ void bind_snapshot(py::module_& m) {
                                      std::to_string(s.store->latest_version()) + "), got " +
                                      std::to_string(v));
              }
-             CallScope scope(want_release(release_gil, static_cast<double>(n)), false);
+             const bool release = want_release(release_gil, static_cast<double>(n));
+             CallScope scope(release, false);
              return explicit_version ? s.store->publish(src, n, v) : s.store->publish(src, n);
            },
            py::arg("params"), py::arg("version") = py::none(), py::arg("release_gil") = py::none(),
