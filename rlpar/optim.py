@@ -109,9 +109,14 @@ class SGD(Optimizer):
     def step(self, params: np.ndarray, grad: np.ndarray) -> None:
         self._check_params(params)
         _native.sgd_step(
-            params, grad, self._state.get("momentum_buffer"), self.lr, self.momentum,
-            self.weight_decay, self.nesterov,
-        )  # fmt: skip
+            params,
+            grad,
+            self._state.get("momentum_buffer"),
+            self.lr,
+            self.momentum,
+            self.weight_decay,
+            self.nesterov,
+        )
         self.steps += 1
 
 
@@ -142,9 +147,17 @@ class RMSProp(Optimizer):
         self._check_params(params)
         s = self._state
         _native.rmsprop_step(
-            params, grad, s["square_avg"], s.get("grad_avg"), s.get("momentum_buffer"),
-            self.lr, self.alpha, self.eps, self.momentum, self.weight_decay,
-        )  # fmt: skip
+            params,
+            grad,
+            s["square_avg"],
+            s.get("grad_avg"),
+            s.get("momentum_buffer"),
+            self.lr,
+            self.alpha,
+            self.eps,
+            self.momentum,
+            self.weight_decay,
+        )
         self.steps += 1
 
 
@@ -172,7 +185,15 @@ class Adam(Optimizer):
         self._check_params(params)
         s = self._state
         _native.adam_step(
-            params, grad, s["exp_avg"], s["exp_avg_sq"], self.steps + 1, self.lr, self.beta1,
-            self.beta2, self.eps, self.weight_decay,
-        )  # fmt: skip
+            params,
+            grad,
+            s["exp_avg"],
+            s["exp_avg_sq"],
+            self.steps + 1,
+            self.lr,
+            self.beta1,
+            self.beta2,
+            self.eps,
+            self.weight_decay,
+        )
         self.steps += 1

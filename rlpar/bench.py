@@ -1,0 +1,595 @@
+"""Benchmarks behind ``rlpar bench``: each returns a JSON-ready dict of medians.
+
+The machine may be small and noisy, so configurations that are compared are timed side by side in
+one process, taking turns chunk by chunk, and every figure is the median over repeats.
+
+- `bench_net`: forward latency of the native net against a numpy twin and a torch twin that read
+  the same weights, thread scaling with the GIL released or held, one training step against torch.
+- `bench_snapshot`: pin/unpin and publish costs of the snapshot store (a native loop).
+- `bench_gil_threshold`: from which batch size releasing the GIL pays off, to set
+  `rlpar.set_gil_release_threshold` from data.
+
+torch is optional: its entries appear only when ``import torch`` works. It runs on one thread
+(``torch_threads``), like every native call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+import rlpar
+from rlpar import _native
+
+__all__ = [
+    "bench_gil_threshold",
+    "bench_net",
+    "bench_snapshot",
+    "format_gil_threshold",
+    "format_net",
+    "format_snapshot",
+    "numpy_forward",
+    "torch_twin",
+]
+
+MLP_BATCHES = (1, 32, 256)
+# Conv batch 256 is left out: ~4.8 Gflop per forward, too slow to repeat on a 2-core machine.
+CONV_BATCHES = (1, 32)
+THREAD_BATCHES = (32, 256)
+GIL_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+TRAIN_BATCH = 512
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long to measure: ``--quick`` only checks that everything runs."""
+
+    chunk_s: float  # one timed chunk of calls
+    repeats: int  # chunks per configuration; the median is reported
+    thread_s: float  # one thread-throughput run
+    thread_repeats: int
+
+
+FULL = Budget(chunk_s=0.02, repeats=9, thread_s=0.2, thread_repeats=5)
+QUICK = Budget(chunk_s=0.001, repeats=2, thread_s=0.01, thread_repeats=1)
+
+
+def _budget(quick: bool) -> Budget:
+    return QUICK if quick else FULL
+
+
+def _sig(x: float, digits: int = 4) -> float:
+    """``x`` rounded to ``digits`` significant digits (the noise is larger than that)."""
+    return float(f"{x:.{digits}g}")
+
+
+def _import_torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+@contextlib.contextmanager
+def _single_threaded(torch) -> Iterator[dict[str, int]]:
+    """Run torch and numpy's BLAS on one thread, like a native call, for a fair comparison.
+
+    Yields what was limited (``torch_threads``, ``numpy_blas_threads``). numpy's BLAS can only be
+    limited when threadpoolctl is importable; otherwise OpenBLAS keeps one thread per core, whose
+    wake-ups made numpy's batch-256 forward 3x slower and erratic here.
+    """
+    limited: dict[str, int] = {}
+    with contextlib.ExitStack() as stack:
+        if torch:
+            before = torch.get_num_threads()
+            torch.set_num_threads(1)
+            stack.callback(torch.set_num_threads, before)
+            limited["torch_threads"] = 1
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            pass
+        else:
+            stack.enter_context(threadpool_limits(limits=1, user_api="blas"))
+            limited["numpy_blas_threads"] = 1
+        yield limited
+
+
+# ------------------------------------------------------------------------------------ timing
+
+
+def _calls_per_chunk(fn: Callable[[], object], chunk_s: float) -> int:
+    fn()  # warm-up: workspaces, caches, lazy initialisation
+    n = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        dt = time.perf_counter() - t0
+        if dt >= chunk_s / 4:
+            return max(1, round(n * chunk_s / dt))
+        n *= 2
+
+
+def time_interleaved(fns: dict[str, Callable[[], object]], budget: Budget) -> dict[str, float]:
+    """Median seconds per call of each function; the functions take turns, chunk by chunk."""
+    numbers = {name: _calls_per_chunk(fn, budget.chunk_s) for name, fn in fns.items()}
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(budget.repeats):
+        for name, fn in fns.items():
+            n = numbers[name]
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / n)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def forwards_per_second(
+    net: rlpar.Net,
+    params: np.ndarray,
+    obs: np.ndarray,
+    threads: int,
+    release: bool,
+    duration: float,
+) -> float:
+    """Total forwards/s of ``threads`` Python threads calling ``net.forward`` in a loop.
+
+    Each thread writes into its own output buffer; all read the same ``obs`` and ``params``.
+    """
+    counts = [0] * threads
+    stop = [False]
+    start = threading.Barrier(threads + 1)
+
+    def loop(k: int) -> None:
+        forward, out, n = net.forward, np.empty((len(obs), net.output_size), np.float32), 0
+        start.wait()
+        while not stop[0]:
+            forward(params, obs, out=out, release_gil=release)
+            n += 1
+        counts[k] = n
+
+    workers = [threading.Thread(target=loop, args=(k,)) for k in range(threads)]
+    for w in workers:
+        w.start()
+    start.wait()
+    t0 = time.perf_counter()
+    time.sleep(duration)
+    stop[0] = True
+    elapsed = time.perf_counter() - t0
+    for w in workers:
+        w.join()
+    return sum(counts) / elapsed
+
+
+def _thread_scaling(
+    net: rlpar.Net, params: np.ndarray, batches: tuple[int, ...], budget: Budget
+) -> dict[str, dict[str, dict[str, float]]]:
+    """``{"released"|"held": {batch: {threads: forwards/s}}}`` for 1 and 2 threads.
+
+    Every configuration runs once per round, rounds repeat, and the median is reported.
+    """
+    rng = np.random.default_rng(0)
+    obs = {b: rng.standard_normal((b, *net.input_shape)).astype(np.float32) for b in batches}
+    modes = {"released": True, "held": False}
+    runs: dict[tuple[str, int, int], list[float]] = {}
+    for _ in range(budget.thread_repeats):
+        for b in batches:
+            for mode, release in modes.items():
+                for threads in (1, 2):
+                    fps = forwards_per_second(
+                        net, params, obs[b], threads, release, budget.thread_s
+                    )
+                    runs.setdefault((mode, b, threads), []).append(fps)
+    return {
+        mode: {
+            str(b): {str(t): _sig(statistics.median(runs[mode, b, t])) for t in (1, 2)}
+            for b in batches
+        }
+        for mode in modes
+    }
+
+
+# -------------------------------------------------------------------------------------- twins
+
+
+def _conv_nhwc(w: np.ndarray, b: np.ndarray, stride: int, padding: int) -> Callable:
+    """``x [B, H, W, C] -> [B, OH, OW, OC]`` by im2col and one matmul; ``w [K, K, C, OC]``."""
+    k, _, c, oc = w.shape
+    # sliding_window_view puts the window axes last: patches are [B, OH, OW, C, K, K].
+    w_cols = np.ascontiguousarray(w.transpose(2, 0, 1, 3)).reshape(c * k * k, oc)
+
+    def conv(x: np.ndarray) -> np.ndarray:
+        if padding:
+            x = np.pad(x, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
+        patches = sliding_window_view(x, (k, k), axis=(1, 2))[:, ::stride, ::stride]
+        batch, oh, ow = patches.shape[:3]
+        cols = patches.reshape(batch * oh * ow, c * k * k)
+        return (cols @ w_cols + b).reshape(batch, oh, ow, oc)
+
+    return conv
+
+
+def _head_matrix(net: rlpar.Net, views: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """All heads as one ``[F, output_size]`` weight and bias (Categorical and Value heads)."""
+    for head in net.spec.heads:
+        if isinstance(head, rlpar.Gaussian):
+            raise NotImplementedError("the benchmark twins cover Categorical and Value heads")
+    n = len(net.spec.heads)
+    w = np.concatenate([views[f"heads.{h}.weight"] for h in range(n)], axis=1)
+    b = np.concatenate([views[f"heads.{h}.bias"] for h in range(n)])
+    return w, b
+
+
+def numpy_forward(net: rlpar.Net, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """The net's forward in float32 numpy, reading the same flat ``params``.
+
+    Returns ``f(obs [B, *input_shape]) -> out [B, output_size]``.
+    """
+    views = net.param_views(params)
+    steps: list[Callable[[np.ndarray], np.ndarray]] = []
+    for i, layer in enumerate(net.spec.layers):
+        if isinstance(layer, rlpar.Linear):
+            w, b = views[f"layers.{i}.weight"], views[f"layers.{i}.bias"]
+            steps.append(lambda x, w=w, b=b: x @ w + b)
+        elif isinstance(layer, rlpar.Conv2d):
+            w, b = views[f"layers.{i}.weight"], views[f"layers.{i}.bias"]
+            steps.append(_conv_nhwc(w, b, layer.stride, layer.padding))
+        elif isinstance(layer, rlpar.ReLU):
+            steps.append(lambda x: np.maximum(x, 0, out=x))
+        elif isinstance(layer, rlpar.Tanh):
+            steps.append(lambda x: np.tanh(x, out=x))
+        elif isinstance(layer, rlpar.Flatten):
+            steps.append(lambda x: x.reshape(len(x), -1))
+        else:
+            raise NotImplementedError(f"no numpy twin for {type(layer).__name__}")
+    head_w, head_b = _head_matrix(net, views)
+    scale = np.float32(net.spec.scale)
+
+    def forward(obs: np.ndarray) -> np.ndarray:
+        x = obs.astype(np.float32) * scale
+        for step in steps:
+            x = step(x)
+        return x @ head_w + head_b
+
+    return forward
+
+
+def torch_twin(net: rlpar.Net, params: np.ndarray, torch):
+    """A ``torch.nn.Sequential`` with the net's weights (torch layouts: NCHW, weight ``[out, in]``).
+
+    Its input is ``[B, C, H, W]`` float32 for image nets (see `_torch_input`), ``[B, D]`` otherwise.
+    """
+    nn = torch.nn
+    views = net.param_views(params)
+    shapes = net.activation_shapes  # shapes[i]: per-sample input of layer i, channels last
+    modules = []
+
+    def load(module, w: np.ndarray, b: np.ndarray):
+        with torch.no_grad():  # copies: the views are read-only
+            module.weight.copy_(torch.tensor(w))
+            module.bias.copy_(torch.tensor(b))
+        return module
+
+    for i, layer in enumerate(net.spec.layers):
+        w, b = views.get(f"layers.{i}.weight"), views.get(f"layers.{i}.bias")
+        if isinstance(layer, rlpar.Linear):
+            if i > 0 and isinstance(net.spec.layers[i - 1], rlpar.Flatten):
+                w = _rows_nhwc_to_nchw(w, shapes[i - 1])
+            modules.append(load(nn.Linear(w.shape[0], w.shape[1]), w.T, b))
+        elif isinstance(layer, rlpar.Conv2d):
+            k, _, c, oc = w.shape
+            conv = nn.Conv2d(c, oc, k, layer.stride, layer.padding)
+            modules.append(load(conv, w.transpose(3, 2, 0, 1), b))
+        elif isinstance(layer, rlpar.ReLU):
+            modules.append(nn.ReLU())
+        elif isinstance(layer, rlpar.Tanh):
+            modules.append(nn.Tanh())
+        elif isinstance(layer, rlpar.Flatten):
+            modules.append(nn.Flatten())
+        else:
+            raise NotImplementedError(f"no torch twin for {type(layer).__name__}")
+    head_w, head_b = _head_matrix(net, views)
+    modules.append(load(nn.Linear(*head_w.shape), head_w.T, head_b))
+    return nn.Sequential(*modules)
+
+
+def _rows_nhwc_to_nchw(w: np.ndarray, image_shape: tuple[int, ...]) -> np.ndarray:
+    """Reorder the rows of a Linear after Flatten: rlpar flattens (H, W, C), torch (C, H, W)."""
+    if len(image_shape) != 3:
+        return w
+    h, wd, c = image_shape
+    return w.reshape(h, wd, c, -1).transpose(2, 0, 1, 3).reshape(h * wd * c, -1)
+
+
+def _torch_input(net: rlpar.Net, obs: np.ndarray, torch):
+    """``obs [B, *input_shape]`` of the net's dtype -> float32 torch input, NCHW for images."""
+    x = torch.from_numpy(obs)
+    if len(net.input_shape) == 3:
+        x = x.permute(0, 3, 1, 2)
+    return x.float() * net.spec.scale if net.input_uint8 else x
+
+
+def _check_twin(name: str, got: np.ndarray, want: np.ndarray) -> None:
+    # A twin that computes other maths would make the comparison meaningless.
+    tol = 1e-3 * (1.0 + float(np.abs(want).max()))
+    err = float(np.abs(got - want).max())
+    if err > tol:
+        raise RuntimeError(
+            f"the {name} twin differs from the native net by {err:.3g} (> {tol:.3g})"
+        )
+
+
+# ------------------------------------------------------------------------------------ bench_net
+
+
+def _random_obs(net: rlpar.Net, batch: int, rng: np.random.Generator) -> np.ndarray:
+    shape = (batch, *net.input_shape)
+    if net.input_uint8:
+        return rng.integers(0, 256, shape, dtype=np.uint8)
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _forward_us(net: rlpar.Net, batches: tuple[int, ...], budget: Budget, torch) -> dict:
+    """``{"native"|"numpy"|"torch": {batch: µs per forward}}``; the three take turns per batch."""
+    params = net.init_params(seed=0)
+    to_numpy = numpy_forward(net, params)
+    model = torch_twin(net, params, torch) if torch else None
+    rng = np.random.default_rng(0)
+    result: dict[str, dict[str, float]] = {"native": {}, "numpy": {}}
+    if torch:
+        result["torch"] = {}
+    for batch in batches:
+        obs = _random_obs(net, batch, rng)
+        out = np.empty((batch, net.output_size), np.float32)
+        fns: dict[str, Callable[[], object]] = {
+            "native": lambda obs=obs, out=out: net.forward(params, obs, out=out),
+            "numpy": lambda obs=obs: to_numpy(obs),
+        }
+        want = net.forward(params, obs)
+        _check_twin("numpy", fns["numpy"](), want)
+        if torch:
+            fns["torch"] = lambda obs=obs: _torch_forward(net, model, obs, torch)
+            _check_twin("torch", fns["torch"](), want)
+        for name, seconds in time_interleaved(fns, budget).items():
+            result[name][str(batch)] = _sig(seconds * 1e6)
+    return result
+
+
+def _torch_forward(net: rlpar.Net, model, obs: np.ndarray, torch) -> np.ndarray:
+    with torch.no_grad():
+        return model(_torch_input(net, obs, torch)).numpy()
+
+
+def _train_step_ms(net: rlpar.Net, budget: Budget, torch) -> dict[str, float]:
+    """One training step at batch `TRAIN_BATCH`: forward, backward from a fixed ``dout``, gradient
+    clipping (max norm 40) and an RMSProp update, native against torch."""
+    lr, alpha, eps, max_norm = 1e-5, 0.99, 1e-5, 40.0
+    rng = np.random.default_rng(0)
+    obs = _random_obs(net, TRAIN_BATCH, rng)
+    dout = rng.standard_normal((TRAIN_BATCH, net.output_size)).astype(np.float32)
+    params = net.init_params(seed=0)
+    out = np.empty((TRAIN_BATCH, net.output_size), np.float32)
+    grad = np.empty(net.num_params, np.float32)
+    opt = rlpar.RMSProp(net.num_params, lr=lr, alpha=alpha, eps=eps)
+
+    def native_step() -> None:
+        _, tape = net.forward_train(params, obs, out=out)
+        net.backward(tape, dout, grad=grad)
+        tape.release()
+        rlpar.clip_grad_norm(grad, max_norm)
+        opt.step(params, grad)
+
+    fns: dict[str, Callable[[], object]] = {"native": native_step}
+    if torch:
+        model = torch_twin(net, params, torch)
+        torch_opt = torch.optim.RMSprop(model.parameters(), lr=lr, alpha=alpha, eps=eps)
+        dout_t = torch.from_numpy(dout)
+
+        def torch_step() -> None:
+            model(_torch_input(net, obs, torch)).backward(dout_t)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            torch_opt.step()
+            torch_opt.zero_grad()
+
+        fns["torch"] = torch_step
+    return {name: _sig(s * 1e3) for name, s in time_interleaved(fns, budget).items()}
+
+
+def bench_net(quick: bool = False) -> dict:
+    """Native net against numpy and torch twins (same weights), threads, and a training step.
+
+    Returns::
+
+        {"forward_us": {"mlp"|"conv": {"native"|"numpy"|"torch": {batch: µs}}},
+         "threads_fps": {"released"|"held": {batch: {threads: forwards/s}}},
+         "train_step_ms": {"native": ms, "torch": ms},
+         "gil_release_threshold_flops": float, "torch_threads": 1, "ratios": {...}}
+
+    ``mlp`` is ``mlp_spec(4, [Categorical(2), Value()])`` (batches 1, 32, 256), ``conv`` the
+    Nature-DQN torso on uint8 frames ``[84, 84, 4]`` (batches 1, 32). Thread scaling and the
+    training step use the mlp. torch keys are present only when torch is importable.
+    """
+    budget = _budget(quick)
+    torch = _import_torch()
+    with _single_threaded(torch) as limited:
+        mlp = rlpar.Net(rlpar.mlp_spec(4, [rlpar.Categorical(2), rlpar.Value()]))
+        conv = rlpar.Net(rlpar.conv_spec((84, 84, 4), [rlpar.Categorical(6), rlpar.Value()]))
+        result: dict = {
+            "forward_us": {
+                "mlp": _forward_us(mlp, MLP_BATCHES, budget, torch),
+                "conv": _forward_us(conv, CONV_BATCHES, budget, torch),
+            },
+            "threads_fps": _thread_scaling(mlp, mlp.init_params(seed=0), THREAD_BATCHES, budget),
+            "train_step_ms": _train_step_ms(mlp, budget, torch),
+            "gil_release_threshold_flops": rlpar.gil_release_threshold(),
+            **limited,
+        }
+    result["ratios"] = _net_ratios(result)
+    return result
+
+
+def _net_ratios(r: dict) -> dict:
+    """Speed-up factors (> 1: native is faster, or 2 threads beat one)."""
+    fwd = r["forward_us"]
+    ratios: dict = {
+        "native_vs_numpy_b1": {
+            net: _sig(f["numpy"]["1"] / f["native"]["1"], 3) for net, f in fwd.items()
+        },
+    }
+    if "torch" in fwd["mlp"]:
+        ratios["native_vs_torch_b1"] = {
+            net: _sig(f["torch"]["1"] / f["native"]["1"], 3) for net, f in fwd.items()
+        }
+    for mode in ("released", "held"):
+        ratios[f"threads_2v1_{mode}"] = {
+            b: _sig(fps["2"] / fps["1"], 3) for b, fps in r["threads_fps"][mode].items()
+        }
+    step = r["train_step_ms"]
+    if "torch" in step:
+        ratios["train_step_native_vs_torch"] = _sig(step["torch"] / step["native"], 3)
+    return ratios
+
+
+def format_net(r: dict) -> str:
+    """A readable table of a `bench_net` result."""
+    lines = ["forward, µs per call (median)"]
+    for net, by_impl in r["forward_us"].items():
+        batches = list(by_impl["native"])
+        lines.append(f"  {net:<5} {'batch':>8}" + "".join(f"{b:>10}" for b in batches))
+        for impl, times in by_impl.items():
+            lines.append(f"  {'':<5} {impl:>8}" + "".join(f"{times[b]:>10.4g}" for b in batches))
+    lines.append("threads: mlp forwards/s (1 thread, 2 threads, 2/1)")
+    for mode, by_batch in r["threads_fps"].items():
+        for b, fps in by_batch.items():
+            ratio = fps["2"] / fps["1"]
+            lines.append(
+                f"  {mode:<8} batch {b:>4}  {fps['1']:>10.0f} {fps['2']:>10.0f}  x{ratio:.2f}"
+            )
+    steps = ", ".join(f"{impl} {ms:.4g}" for impl, ms in r["train_step_ms"].items())
+    lines.append(f"train step, mlp batch {TRAIN_BATCH}, ms: {steps}")
+    lines.append(f"GIL release threshold: {r['gil_release_threshold_flops']:.0f} flops")
+    lines.append("speed-ups: " + _flat(r["ratios"]))
+    return "\n".join(lines)
+
+
+def _flat(d: dict, prefix: str = "") -> str:
+    parts = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            parts.append(_flat(v, f"{prefix}{k}."))
+        else:
+            parts.append(f"{prefix}{k}={v:.3g}")
+    return ", ".join(parts)
+
+
+# ---------------------------------------------------------------------------------- snapshot
+
+
+def bench_snapshot(quick: bool = False) -> dict:
+    """Snapshot store costs, timed by the native loop (`rlpar._native.bench_snapshot`).
+
+    Returns ``pin_unpin_ns`` (one pin + unpin while another thread publishes), ``publish_us_per_mb``
+    and ``memcpy_us_per_mb`` (the plain-copy baseline over as many buffers as the store has slots),
+    ``publish_vs_memcpy``, the size used (``n_floats``, ``mbytes``), and ``python_pin_release_ns``:
+    ``store.pin()`` + ``Snapshot.release()`` from Python, what an actor pays once per unroll.
+    """
+    n_floats, iters, repeats = (16384, 200, 3) if quick else (262144, 5000, 7)
+    r = dict(_native.bench_snapshot(n_floats, iters, repeats))
+    r["publish_vs_memcpy"] = r["publish_us_per_mb"] / r["memcpy_us_per_mb"]
+    r["n_floats"] = n_floats
+    r["mbytes"] = n_floats * 4 / 1e6
+    r["python_pin_release_ns"] = _python_pin_release_s(n_floats, _budget(quick)) * 1e9
+    return {k: _sig(v) if isinstance(v, float) else v for k, v in r.items()}
+
+
+def _python_pin_release_s(n_floats: int, budget: Budget) -> float:
+    store = _native.SnapshotStore(n_floats)
+    store.publish(np.zeros(n_floats, np.float32))
+
+    def pin_release() -> None:
+        store.pin().release()
+
+    return time_interleaved({"pin": pin_release}, budget)["pin"]
+
+
+def format_snapshot(r: dict) -> str:
+    """A readable table of a `bench_snapshot` result."""
+    return "\n".join([
+        f"snapshot store, {r['n_floats']} floats ({r['mbytes']:.3g} MB)",
+        f"  pin + unpin (native, while publishing) {r['pin_unpin_ns']:>10.3g} ns",
+        f"  pin + release from Python              {r['python_pin_release_ns']:>10.3g} ns",
+        f"  publish                                {r['publish_us_per_mb']:>10.3g} µs/MB",
+        f"  memcpy                                 {r['memcpy_us_per_mb']:>10.3g} µs/MB",
+        f"  publish / memcpy                       {r['publish_vs_memcpy']:>10.3g}",
+    ])  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ GIL threshold
+
+
+def bench_gil_threshold(quick: bool = False) -> dict:
+    """Where releasing the GIL starts to pay, for the mlp at small batches.
+
+    For each batch: its flops (``flops_per_sample * batch``), forwards/s with 1 and 2 threads with
+    the GIL released and held, and the 2-thread/1-thread ratios. ``crossover_batch`` is the
+    smallest batch whose released 2-thread throughput beats held (``null`` if none does);
+    ``crossover_flops`` its flops. ``threshold_flops`` is the threshold in effect now.
+    """
+    budget = _budget(quick)
+    net = rlpar.Net(rlpar.mlp_spec(4, [rlpar.Categorical(2), rlpar.Value()]))
+    fps = _thread_scaling(net, net.init_params(seed=0), GIL_BATCHES, budget)
+    batches = {}
+    crossover = None
+    for b in GIL_BATCHES:
+        rel, held = fps["released"][str(b)], fps["held"][str(b)]
+        batches[str(b)] = {
+            "flops": net.flops_per_sample * b,
+            "fps": {"released": rel, "held": held},
+            "ratio_2v1": {
+                "released": _sig(rel["2"] / rel["1"], 3),
+                "held": _sig(held["2"] / held["1"], 3),
+            },
+        }
+        if crossover is None and rel["2"] > held["2"]:
+            crossover = b
+    return {
+        "net": "mlp 4-64-64-(2+1)",
+        "batches": batches,
+        "crossover_batch": crossover,
+        "crossover_flops": net.flops_per_sample * crossover if crossover else None,
+        "threshold_flops": rlpar.gil_release_threshold(),
+    }
+
+
+def format_gil_threshold(r: dict) -> str:
+    """A readable table of a `bench_gil_threshold` result."""
+    lines = [
+        f"GIL release, {r['net']}: forwards/s with 1 and 2 threads",
+        f"  {'batch':>5} {'flops':>8} {'rel 1':>9} {'rel 2':>9} {'held 1':>9} {'held 2':>9}"
+        f" {'rel 2/1':>8} {'held 2/1':>8}",
+    ]
+    for b, row in r["batches"].items():
+        rel, held = row["fps"]["released"], row["fps"]["held"]
+        lines.append(
+            f"  {b:>5} {row['flops']:>8.0f} {rel['1']:>9.0f} {rel['2']:>9.0f} {held['1']:>9.0f}"
+            f" {held['2']:>9.0f} {row['ratio_2v1']['released']:>8.2f}"
+            f" {row['ratio_2v1']['held']:>8.2f}"
+        )
+    if r["crossover_batch"] is None:
+        lines.append(f"released never beats held up to batch {GIL_BATCHES[-1]}")
+    else:
+        lines.append(
+            f"released beats held from batch {r['crossover_batch']} "
+            f"({r['crossover_flops']:.0f} flops)"
+        )
+    lines.append(f"threshold now {r['threshold_flops']:.0f} flops")
+    return "\n".join(lines)

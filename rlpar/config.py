@@ -1,0 +1,224 @@
+"""Typed, validated, immutable configuration.
+
+Each section is a frozen dataclass whose fields carry their meaning in the docstring lines
+below them; `from_dict` builds one from plain data (a TOML table), naming the offending key,
+the expected type and the value given on any error, with a "did you mean" for unknown keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+__all__ = ["ConfigError", "EnvConfig", "RuntimeConfig", "from_dict", "to_dict"]
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration key is unknown, of the wrong type, or out of range."""
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _convert(value: Any, tp: Any, key: str) -> Any:
+    """Check ``value`` against the annotation ``tp`` (int accepted for float; no other coercion)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(value, arg, key)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        (item,) = typing.get_args(tp)[:1] or (Any,)
+        items = [_convert(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a table, got {value!r}")
+        return dict(value)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a table, got {value!r}")
+        return from_dict(tp, value, prefix=f"{key}.")
+    raise ConfigError(f"{key}: unsupported type {_type_name(tp)}")
+
+
+def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
+    """Build dataclass ``cls`` from ``data``; unknown keys and bad values raise ConfigError."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    for key in data:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+            raise ConfigError(
+                f"unknown key '{prefix}{key}'{hint}; valid keys: {', '.join(sorted(names))}"
+            )
+    kwargs = {k: _convert(v, hints[k], prefix + k) for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        raise ConfigError(f"{prefix}{e}") from None
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """Plain JSON data from a config dataclass (values JSON cannot hold become their repr)."""
+
+    def plain(v: Any) -> Any:
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        return repr(v)
+
+    return plain(obj)
+
+
+def _check(ok: bool, key: str, expected: str, value: Any) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: expected {expected}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Which environment every actor runs."""
+
+    id: str = "CartPole-v1"
+    """gymnasium id, e.g. "CartPole-v1", or one registered by a plug-in ("rlpar/CartPole-v1")."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the env's constructor."""
+
+    def __post_init__(self) -> None:
+        _check(bool(self.id), "id", "a gymnasium environment id", self.id)
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """How many actors, envs and steps; what the learner consumes; when the run stops."""
+
+    num_actors: int = 2
+    """Actor threads; each owns `envs_per_actor` envs and steps them together."""
+    envs_per_actor: int = 16
+    """K: envs per actor, stepped as one vector env with one batched forward per step."""
+    unroll_length: int = 20
+    """T: steps per rollout; a rollout is acted with one parameter version."""
+    batch_rollouts: int = 2
+    """B: rollouts per learner step (the learner sees [T, B * K])."""
+    buffers_per_actor: int = 2
+    """Preallocated rollouts per actor: an actor waits when all of its are queued."""
+    max_policy_lag: int | None = None
+    """Drop rollouts older than this many learner versions (None: keep all)."""
+    seed: int = 0
+    """Seeds parameters, every env (from seed, actor, env index) and every actor's sampler."""
+    deterministic: bool = False
+    """Fixed schedule: each learner step consumes exactly the B rollouts made from the previous
+    version (B must be a multiple of num_actors), and the run stops after exactly
+    ceil(total_env_steps / (B * T * K)) learner steps, so two runs with one seed end with
+    bit-identical parameters. (target_return and max_wall_s still stop it, at a moment that
+    depends on timing.)"""
+    total_env_steps: int = 1_000_000
+    """Stop after this many env steps."""
+    target_return: float | None = None
+    """Stop once the mean return of the last `return_window` episodes reaches this."""
+    return_window: int = 20
+    """Episodes in the moving window for the mean return."""
+    max_wall_s: float | None = None
+    """Stop after this many seconds (None: no limit)."""
+    join_timeout_s: float = 2.0
+    """How long shutdown waits for each thread before reporting it as stuck."""
+    checkpoint_interval_s: float | None = 60.0
+    """Write a checkpoint this often (None: only at the end)."""
+
+    def __post_init__(self) -> None:
+        for key in ("num_actors", "envs_per_actor", "unroll_length", "batch_rollouts"):
+            value = getattr(self, key)
+            _check(value >= 1, key, "an integer >= 1", value)
+        _check(
+            self.buffers_per_actor >= 1,
+            "buffers_per_actor",
+            "an integer >= 1",
+            self.buffers_per_actor,
+        )
+        _check(
+            self.max_policy_lag is None or self.max_policy_lag >= 0,
+            "max_policy_lag",
+            "None or an integer >= 0",
+            self.max_policy_lag,
+        )
+        _check(self.seed >= 0, "seed", "an integer >= 0", self.seed)
+        _check(
+            self.total_env_steps >= 1, "total_env_steps", "an integer >= 1", self.total_env_steps
+        )
+        _check(self.return_window >= 1, "return_window", "an integer >= 1", self.return_window)
+        _check(
+            self.max_wall_s is None or self.max_wall_s > 0,
+            "max_wall_s",
+            "None or a number > 0",
+            self.max_wall_s,
+        )
+        _check(self.join_timeout_s > 0, "join_timeout_s", "a number > 0", self.join_timeout_s)
+        _check(
+            self.checkpoint_interval_s is None or self.checkpoint_interval_s > 0,
+            "checkpoint_interval_s",
+            "None or a number > 0",
+            self.checkpoint_interval_s,
+        )
+        if self.deterministic:
+            _check(
+                self.batch_rollouts % self.num_actors == 0,
+                "batch_rollouts",
+                f"a multiple of num_actors ({self.num_actors}) in deterministic mode",
+                self.batch_rollouts,
+            )
+            _check(
+                self.buffers_per_actor >= self.batch_rollouts // self.num_actors,
+                "buffers_per_actor",
+                "at least batch_rollouts / num_actors in deterministic mode",
+                self.buffers_per_actor,
+            )
+
+    @property
+    def env_steps_per_rollout(self) -> int:
+        return self.unroll_length * self.envs_per_actor

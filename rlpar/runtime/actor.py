@@ -1,0 +1,192 @@
+"""An actor thread: steps its K envs with one batched forward per step, writes rollouts."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from gymnasium.vector import VectorEnv
+
+from rlpar.agent import Agent
+from rlpar.nn import Net
+from rlpar.runtime.envs import ActionAdapter, env_seeds
+from rlpar.runtime.rollout import Rollout
+from rlpar.snapshot import SnapshotStore
+
+__all__ = ["Actor", "ActorStats", "EpisodeLog"]
+
+POLL_S = 0.05  # how often a blocked thread looks at the stop flag
+
+
+@dataclass
+class ActorStats:
+    """Written by the actor thread only; read by the main thread for monitoring."""
+
+    env_steps: int = 0
+    rollouts: int = 0
+    env_s: float = 0.0
+    inference_s: float = 0.0
+    queue_wait_s: float = 0.0
+
+
+@dataclass
+class EpisodeLog:
+    """Finished episodes from every actor: (return, length, run env steps at the end)."""
+
+    env_steps: Callable[[], int] = lambda: 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    episodes: list[tuple[float, int, int]] = field(default_factory=list)
+    count: int = 0
+
+    def add(self, ret: float, length: int) -> None:
+        steps = self.env_steps()
+        with self.lock:
+            self.episodes.append((ret, length, steps))
+            self.count += 1
+            if len(self.episodes) > 10_000:
+                del self.episodes[:5_000]
+
+    def recent(self, n: int) -> list[tuple[float, int, int]]:
+        with self.lock:
+            return self.episodes[-n:]
+
+
+class Actor:
+    """Owns K envs, an action sampler and a few preallocated rollouts (see rlpar.agent)."""
+
+    def __init__(
+        self,
+        index: int,
+        envs: VectorEnv,
+        agent: Agent,
+        net: Net,
+        store: SnapshotStore,
+        unroll_length: int,
+        num_buffers: int,
+        seed: int,
+        generation: int = 0,
+    ) -> None:
+        self.index = index
+        self.envs = envs
+        self.agent = agent
+        self.net = net
+        self.store = store
+        self.actions = ActionAdapter(envs.single_action_space)
+        obs_space = envs.single_observation_space
+        self.num_envs = envs.num_envs
+        self.free: queue.Queue[Rollout] = queue.Queue()
+        for _ in range(num_buffers):
+            self.free.put(
+                Rollout.allocate(
+                    unroll_length,
+                    self.num_envs,
+                    obs_space.shape,
+                    obs_space.dtype,
+                    self.actions.shape,
+                    self.actions.dtype,
+                    net.output_size,
+                    actor=index,
+                )
+            )
+        self.rng = np.random.default_rng(np.random.SeedSequence([seed, index, 1 << 20]))
+        obs, _ = envs.reset(seed=env_seeds(envs, seed, index, generation))
+        self.obs = obs
+        self.prev_done = np.zeros(self.num_envs, bool)
+        self.ep_return = np.zeros(self.num_envs, np.float64)
+        self.ep_length = np.zeros(self.num_envs, np.int64)
+        self.stats = ActorStats()
+        self.seq = 0
+
+    def run(
+        self,
+        stop: threading.Event,
+        out_queue: queue.Queue[Rollout],
+        episodes: EpisodeLog,
+        wait_for_version: Callable[[int], bool] | None = None,
+        rollouts_per_version: int = 1,
+    ) -> None:
+        """Unroll until ``stop`` is set. In deterministic mode ``wait_for_version(v)`` blocks
+        until version ``v`` is published (False when stopping), and the actor makes exactly
+        ``rollouts_per_version`` rollouts from each version."""
+        version = 1
+        while not stop.is_set():
+            if wait_for_version is not None and not wait_for_version(version):
+                return
+            for _ in range(rollouts_per_version):
+                t0 = time.perf_counter()
+                rollout = _get(self.free, stop)
+                self.stats.queue_wait_s += time.perf_counter() - t0
+                if rollout is None:
+                    return
+                self.unroll(rollout, episodes)
+                t0 = time.perf_counter()
+                if not _put(out_queue, rollout, stop):
+                    return
+                self.stats.queue_wait_s += time.perf_counter() - t0
+            version += 1
+
+    def unroll(self, r: Rollout, episodes: EpisodeLog) -> None:
+        """Fill ``r`` with T steps, all acted with one pinned parameter version."""
+        net, agent, envs, rng, stats = self.net, self.agent, self.envs, self.rng, self.stats
+        clock = time.perf_counter
+        with self.store.pin() as snap:
+            r.version = snap.version
+            for t in range(r.rewards.shape[0]):
+                t0 = clock()
+                r.obs[t] = self.obs
+                out = r.behaviour[t]
+                net.forward(snap, r.obs[t], out=out)
+                a = agent.act(net, out, rng)
+                r.actions[t] = a
+                t1 = clock()
+                obs, reward, terminated, truncated, _ = envs.step(self.actions.to_env(a))
+                t2 = clock()
+                r.rewards[t] = reward
+                r.terminated[t] = terminated
+                r.truncated[t] = truncated
+                np.logical_not(self.prev_done, out=r.mask[t])
+                self._track_episodes(r.mask[t], reward, terminated | truncated, episodes)
+                self.obs = obs
+                stats.inference_s += t1 - t0
+                stats.env_s += t2 - t1
+            r.obs[-1] = self.obs
+        r.actor = self.index
+        r.seq = self.seq
+        self.seq += 1
+        stats.rollouts += 1
+        stats.env_steps += r.env_steps
+
+    def _track_episodes(
+        self, valid: np.ndarray, reward: np.ndarray, done: np.ndarray, episodes: EpisodeLog
+    ) -> None:
+        self.ep_return += np.where(valid, reward, 0.0)
+        self.ep_length += valid
+        self.prev_done = done
+        if done.any():
+            for k in np.flatnonzero(done):
+                episodes.add(float(self.ep_return[k]), int(self.ep_length[k]))
+            self.ep_return[done] = 0.0
+            self.ep_length[done] = 0
+
+
+def _get(q: queue.Queue, stop: threading.Event):
+    while not stop.is_set():
+        try:
+            return q.get(timeout=POLL_S)
+        except queue.Empty:
+            continue
+    return None
+
+
+def _put(q: queue.Queue, item, stop: threading.Event) -> bool:
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=POLL_S)
+            return True
+        except queue.Full:
+            continue
+    return False

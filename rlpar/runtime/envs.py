@@ -1,0 +1,72 @@
+"""Environments for actors: one gymnasium vector env per actor, seeded per (seed, actor, env)."""
+
+from __future__ import annotations
+
+import difflib
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+
+from rlpar.config import EnvConfig
+
+__all__ = ["ActionAdapter", "env_seeds", "make_actor_envs"]
+
+
+def env_seeds(envs: VectorEnv, seed: int, actor: int, generation: int = 0) -> int | list[int]:
+    """Seeds for ``envs.reset``: one per env from (seed, actor, env index, generation) for
+    gymnasium's Sync/Async vector envs; one per actor for natively vectorized envs (such as
+    gymnasium's CartPole vector env), which draw all their envs from one generator.
+    ``generation`` counts resumes, so a resumed run does not replay its first episodes."""
+
+    def draw(*key: int) -> int:
+        return int(np.random.SeedSequence([seed, actor, *key, generation]).generate_state(1)[0])
+
+    if isinstance(envs, (SyncVectorEnv, AsyncVectorEnv)):
+        return [draw(k) for k in range(envs.num_envs)]
+    return draw(1 << 30)
+
+
+def make_actor_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
+    """A vector env of ``num_envs`` copies of ``cfg.id`` (the env's own vectorized version when
+    it has one, else synchronous), with gymnasium's default NEXT_STEP autoreset."""
+    if cfg.id not in gym.registry:
+        close = difflib.get_close_matches(cfg.id, list(gym.registry), n=3)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise ValueError(f"unknown environment id {cfg.id!r}{hint}")
+    envs = gym.make_vec(cfg.id, num_envs=num_envs, **cfg.kwargs)
+    mode = envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    if mode != AutoresetMode.NEXT_STEP:
+        envs.close()
+        raise ValueError(
+            f"environment {cfg.id!r} autoresets in mode {mode}; rlpar expects NEXT_STEP "
+            "(gymnasium's default), where the step after an episode's end is the reset step"
+        )
+    return envs
+
+
+class ActionAdapter:
+    """Checks the action space once, and turns sampled actions into what the env accepts.
+
+    Discrete: int64 [K]. Box (1-D): float32 [K, A], clipped to the bounds only here, on the way
+    to the env (the rollout keeps the unclipped sample its log-probability belongs to).
+    """
+
+    def __init__(self, space: gym.Space) -> None:
+        self.space = space
+        if isinstance(space, gym.spaces.Discrete):
+            self.shape: tuple[int, ...] = ()
+            self.dtype = np.dtype(np.int64)
+            self.low = self.high = None
+        elif isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+            self.shape = tuple(space.shape)
+            self.dtype = np.dtype(np.float32)
+            self.low = space.low.astype(np.float32)
+            self.high = space.high.astype(np.float32)
+        else:
+            raise ValueError(f"unsupported action space {space}: expected Discrete or a 1-D Box")
+
+    def to_env(self, actions: np.ndarray) -> np.ndarray:
+        if self.low is None:
+            return actions
+        return np.clip(actions, self.low, self.high)

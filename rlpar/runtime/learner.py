@@ -1,0 +1,139 @@
+"""The learner thread: a thin shell around ``agent.learn`` (batching, policy lag, publishing)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rlpar.agent import Agent, LearnerState
+from rlpar.nn import Net
+from rlpar.runtime.actor import POLL_S, Actor
+from rlpar.runtime.rollout import Batch, Rollout
+from rlpar.snapshot import SnapshotStore
+
+__all__ = ["Learner", "LearnerStats", "VersionClock"]
+
+
+@dataclass
+class LearnerStats:
+    """Written by the learner thread only; read by the main thread for monitoring."""
+
+    steps: int = 0
+    samples: int = 0
+    dropped_rollouts: int = 0
+    skipped_publishes: int = 0
+    lag_mean: float = 0.0
+    lag_max: int = 0
+    queue_wait_s: float = 0.0
+    learn_s: float = 0.0
+    publish_s: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class VersionClock:
+    """The latest published version, for actors that wait for one (deterministic mode)."""
+
+    def __init__(self, version: int) -> None:
+        self._cv = threading.Condition()
+        self._version = version
+
+    def advance(self, version: int) -> None:
+        with self._cv:
+            self._version = version
+            self._cv.notify_all()
+
+    def wait_for(self, version: int, stop: threading.Event) -> bool:
+        with self._cv:
+            while self._version < version:
+                if stop.is_set():
+                    return False
+                self._cv.wait(POLL_S)
+        return not stop.is_set()
+
+
+class Learner:
+    """Consumes B rollouts per step, calls ``agent.learn``, publishes version ``steps + 1``."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        net: Net,
+        state: LearnerState,
+        store: SnapshotStore,
+        actors: Sequence[Actor],
+        batch_rollouts: int,
+        max_policy_lag: int | None,
+        deterministic: bool,
+        clock: VersionClock,
+        after_step: Callable[[], None] | None = None,
+    ) -> None:
+        self.agent, self.net, self.state, self.store = agent, net, state, store
+        self.actors = actors
+        self.batch_rollouts = batch_rollouts
+        self.max_policy_lag = max_policy_lag
+        self.deterministic = deterministic
+        self.clock = clock
+        self.after_step = after_step
+        self.stats = LearnerStats()
+
+    @property
+    def version(self) -> int:
+        """Version of the parameters the learner holds (= learner steps + 1)."""
+        return self.state.steps + 1
+
+    def run(self, stop: threading.Event, in_queue: queue.Queue[Rollout]) -> None:
+        while not stop.is_set():
+            rollouts = self._gather(stop, in_queue)
+            if rollouts is None:
+                return
+            self.step(rollouts)
+            if self.after_step is not None:
+                self.after_step()
+
+    def step(self, rollouts: list[Rollout]) -> dict[str, float]:
+        """One learner step on exactly these rollouts; hands their buffers back to the actors."""
+        s = self.stats
+        if self.deterministic:
+            rollouts.sort(key=lambda r: (r.actor, r.seq))
+        batch = Batch.stack(rollouts, self.version)
+        for r in rollouts:
+            self.actors[r.actor].free.put(r)
+        t0 = time.perf_counter()
+        metrics = self.agent.learn(self.net, self.state, batch)
+        self.state.steps += 1
+        t1 = time.perf_counter()
+        if not self.store.publish(self.state.params, version=self.version):
+            s.skipped_publishes += 1
+        self.clock.advance(self.version)
+        s.publish_s += time.perf_counter() - t1
+        s.learn_s += t1 - t0
+        s.steps += 1
+        s.samples += batch.rewards.size
+        s.lag_mean = float(np.mean(batch.policy_lag))
+        s.lag_max = int(np.max(batch.policy_lag))
+        s.metrics = metrics
+        return metrics
+
+    def _gather(self, stop: threading.Event, in_queue: queue.Queue[Rollout]) -> list | None:
+        rollouts: list[Rollout] = []
+        t0 = time.perf_counter()
+        while len(rollouts) < self.batch_rollouts:
+            if stop.is_set():
+                return None
+            try:
+                r = in_queue.get(timeout=POLL_S)
+            except queue.Empty:
+                continue
+            lag = self.version - r.version
+            if self.max_policy_lag is not None and lag > self.max_policy_lag:
+                self.stats.dropped_rollouts += 1
+                self.actors[r.actor].free.put(r)
+                continue
+            rollouts.append(r)
+        self.stats.queue_wait_s += time.perf_counter() - t0
+        return rollouts

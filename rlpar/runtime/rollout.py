@@ -1,0 +1,123 @@
+"""Rollouts (one actor's unroll) and batches (what one learner step consumes).
+
+Time runs along axis 0. ``obs[t]`` is what the policy saw before acting at step ``t``, and
+``obs[t + 1]`` is what the env returned; ``obs[T]`` is there to bootstrap the unroll's end.
+
+Episode boundaries follow gymnasium's default autoreset (NEXT_STEP): when an episode ends at
+step ``t`` (``terminated[t]`` or ``truncated[t]``), ``obs[t + 1]`` is the episode's real final
+observation, and step ``t + 1`` is the env's reset step (the action is ignored, the reward is 0):
+``mask[t + 1]`` is False there. So a loss must (a) ignore steps where ``mask`` is False,
+(b) bootstrap from ``V(obs[t + 1])`` at a truncation and not at a termination, and (c) never carry
+a return or a trace across a step where ``terminated | truncated``. No fake transition crosses
+an episode boundary. Both flags can be set at once (a time limit hit on the terminal step):
+termination wins, there is no bootstrap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+__all__ = ["Batch", "Rollout"]
+
+
+@dataclass
+class Rollout:
+    """One unroll of ``T`` steps over an actor's ``K`` envs. Preallocated once and reused.
+
+    - ``obs``: [T + 1, K, *obs_shape] (the env's dtype: float32 or uint8)
+    - ``actions``: [T, K] int64 (Discrete) or [T, K, A] float32 (Box, unclipped samples)
+    - ``rewards``: [T, K] float32
+    - ``terminated``, ``truncated``: [T, K] bool, the episode ended after step t
+    - ``mask``: [T, K] bool, False on the env's autoreset step
+    - ``behaviour``: [T, K, output_size] float32, the net outputs the actions were drawn from
+    - ``version``: the parameter snapshot version used for the whole unroll
+    - ``actor``, ``seq``: which actor produced it and its running count there
+    """
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    mask: np.ndarray
+    behaviour: np.ndarray
+    version: int = 0
+    actor: int = 0
+    seq: int = 0
+
+    @classmethod
+    def allocate(
+        cls,
+        unroll_length: int,
+        num_envs: int,
+        obs_shape: tuple[int, ...],
+        obs_dtype: np.dtype,
+        action_shape: tuple[int, ...],
+        action_dtype: np.dtype,
+        output_size: int,
+        actor: int = 0,
+    ) -> Rollout:
+        t, k = unroll_length, num_envs
+        return cls(
+            obs=np.zeros((t + 1, k, *obs_shape), obs_dtype),
+            actions=np.zeros((t, k, *action_shape), action_dtype),
+            rewards=np.zeros((t, k), np.float32),
+            terminated=np.zeros((t, k), bool),
+            truncated=np.zeros((t, k), bool),
+            mask=np.zeros((t, k), bool),
+            behaviour=np.zeros((t, k, output_size), np.float32),
+            actor=actor,
+        )
+
+    @property
+    def env_steps(self) -> int:
+        """Env transitions in this rollout (T * K, autoreset steps included)."""
+        return int(self.rewards.size)
+
+
+_ARRAYS = tuple(f.name for f in fields(Rollout) if f.name not in ("version", "actor", "seq"))
+
+
+@dataclass
+class Batch:
+    """``B`` rollouts side by side: the same arrays with ``N = B * K`` columns ([T, N, ...]).
+
+    ``versions``: [B] snapshot version of each rollout; ``policy_lag``: [B] learner version
+    minus rollout version at the time of the learner step; ``learner_version``: that version.
+    """
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    mask: np.ndarray
+    behaviour: np.ndarray
+    versions: np.ndarray
+    policy_lag: np.ndarray
+    learner_version: int
+
+    @classmethod
+    def stack(cls, rollouts: Sequence[Rollout], learner_version: int) -> Batch:
+        """Concatenate rollouts along the env axis (copies: the rollouts go back to the actors)."""
+        arrays = {
+            name: np.concatenate([getattr(r, name) for r in rollouts], axis=1) for name in _ARRAYS
+        }
+        versions = np.array([r.version for r in rollouts], np.int64)
+        return cls(
+            **arrays,
+            versions=versions,
+            policy_lag=learner_version - versions,
+            learner_version=learner_version,
+        )
+
+    @property
+    def unroll_length(self) -> int:
+        return int(self.rewards.shape[0])
+
+    @property
+    def num_columns(self) -> int:
+        return int(self.rewards.shape[1])

@@ -1,0 +1,444 @@
+"""The runner: builds the net, starts the actor and learner threads, supervises, stops, resumes.
+
+Control flow, top to bottom in `Runner.run`: start threads -> the main thread waits and checks
+(errors, step budget, target return, wall clock, signals, progress callback) -> stop flag ->
+bounded joins -> final checkpoint -> re-raise the first thread error, if any.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlpar.agent import Agent, LearnerState
+from rlpar.checkpoint import (
+    Checkpoint,
+    checkpoint_path,
+    load_checkpoint,
+    net_signature,
+    prune_checkpoints,
+    save_checkpoint,
+)
+from rlpar.config import EnvConfig, RuntimeConfig, to_dict
+from rlpar.nn import Net
+from rlpar.runtime.actor import Actor, EpisodeLog
+from rlpar.runtime.envs import make_actor_envs
+from rlpar.runtime.learner import Learner, VersionClock
+from rlpar.snapshot import SnapshotStore
+
+__all__ = ["Progress", "RunResult", "Runner"]
+
+log = logging.getLogger("rlpar")
+
+
+@dataclass
+class Progress:
+    """A consistent-enough view of a running run, taken by the main thread."""
+
+    wall_s: float
+    env_steps: int
+    learner_steps: int
+    version: int
+    episodes: int
+    mean_return: float | None
+    min_return: float | None
+    max_return: float | None
+    mean_length: float | None
+    env_steps_per_s: float
+    learner_steps_per_s: float
+    samples_per_s: float
+    policy_lag_mean: float
+    policy_lag_max: int
+    dropped_rollouts: int
+    skipped_publishes: int
+    queue_depth: int
+    stage_fractions: dict[str, float]
+    metrics: dict[str, float]
+
+
+@dataclass
+class RunResult:
+    """What `Runner.run` returns (also the summary the CLI prints as JSON)."""
+
+    mean_return: float | None
+    env_steps: int
+    learner_steps: int
+    episodes: int
+    wall_s: float
+    time_to_target_s: float | None
+    stopped_by: str
+    checkpoint: str | None
+    stuck_threads: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class _ThreadError(Exception):
+    pass
+
+
+class Runner:
+    """One actor-learner run. Build it (errors in the config, env or agent surface here), then
+    call `run` once. ``checkpoint_dir``: where checkpoints go (None: none are written);
+    ``resume``: a checkpoint file to continue from."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        env: EnvConfig,
+        runtime: RuntimeConfig,
+        checkpoint_dir: str | Path | None = None,
+        resume: str | Path | None = None,
+        config: dict[str, Any] | None = None,
+        keep_checkpoints: int = 3,
+    ) -> None:
+        self.agent, self.env_cfg, self.cfg = agent, env, runtime
+        self.config = (
+            config if config is not None else {"env": to_dict(env), "runtime": to_dict(runtime)}
+        )
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        self.keep_checkpoints = keep_checkpoints
+        cfg = runtime
+        self._threads: list[threading.Thread] = []
+
+        resumed = load_checkpoint(resume) if resume is not None else None
+        generation = int(resumed.counters.get("generation", 0)) + 1 if resumed else 0
+        self._envs = []
+        try:
+            for _ in range(cfg.num_actors):
+                self._envs.append(make_actor_envs(env, cfg.envs_per_actor))
+            first = self._envs[0]
+            self.net = Net(
+                agent.net_spec(first.single_observation_space, first.single_action_space)
+            )
+            params = self.net.init_params(seed=cfg.seed)
+            self.state: LearnerState = agent.init_state(self.net, params)
+            if resumed is not None:
+                self._restore(resumed, resume)
+            # Each actor pins at most one snapshot at a time; +2 so no publish is ever skipped.
+            self.store = SnapshotStore(self.net.num_params, num_slots=min(255, cfg.num_actors + 3))
+            self.store.publish(self.state.params, version=self.state.steps + 1)
+            self.actors = [
+                Actor(
+                    i,
+                    envs,
+                    agent,
+                    self.net,
+                    self.store,
+                    cfg.unroll_length,
+                    cfg.buffers_per_actor,
+                    cfg.seed,
+                    generation,
+                )
+                for i, envs in enumerate(self._envs)
+            ]
+        except BaseException:
+            self.close()
+            raise
+        if resumed is not None:
+            for actor, rng_state in zip(
+                self.actors, resumed.rng_states.get("actors", []), strict=False
+            ):
+                actor.rng.bit_generator.state = rng_state
+        self._base_env_steps = int(resumed.counters.get("env_steps", 0)) if resumed else 0
+        self._base_episodes = int(resumed.counters.get("episodes", 0)) if resumed else 0
+        self._generation = generation
+        self.episodes = EpisodeLog(env_steps=self.env_steps)
+        self.queue: queue.Queue = queue.Queue(maxsize=cfg.num_actors * cfg.buffers_per_actor)
+        self.stop = threading.Event()
+        self.clock = VersionClock(self.state.steps + 1)
+        self._budget_spent = threading.Event()
+        self.learner = Learner(
+            agent,
+            self.net,
+            self.state,
+            self.store,
+            self.actors,
+            cfg.batch_rollouts,
+            0 if cfg.deterministic else cfg.max_policy_lag,
+            cfg.deterministic,
+            self.clock,
+            after_step=self._after_learner_step,
+        )
+        self._errors: list[tuple[str, BaseException]] = []
+        self._ran = False
+
+    # ------------------------------------------------------------------------------ counters
+
+    def env_steps(self) -> int:
+        """Env steps so far, across all actors (and before a resume)."""
+        return self._base_env_steps + sum(a.stats.env_steps for a in self.actors)
+
+    def progress(self, wall_s: float) -> Progress:
+        recent = self.episodes.recent(self.cfg.return_window)
+        rets = [e[0] for e in recent]
+        ls = self.learner.stats
+        acts = [a.stats for a in self.actors]
+        env_s = sum(a.env_s for a in acts)
+        inf_s = sum(a.inference_s for a in acts)
+        wait_s = sum(a.queue_wait_s for a in acts) + ls.queue_wait_s
+        total = env_s + inf_s + wait_s + ls.learn_s + ls.publish_s
+        stages = {
+            "env_step": env_s,
+            "inference": inf_s,
+            "queue_wait": wait_s,
+            "learn": ls.learn_s,
+            "publish": ls.publish_s,
+        }
+        run_steps = sum(a.env_steps for a in acts)
+        rate = 1.0 / wall_s if wall_s > 0 else 0.0
+        return Progress(
+            wall_s=wall_s,
+            env_steps=self.env_steps(),
+            learner_steps=self.state.steps,
+            version=self.learner.version,
+            episodes=self._base_episodes + self.episodes.count,
+            mean_return=float(np.mean(rets)) if rets else None,
+            min_return=float(np.min(rets)) if rets else None,
+            max_return=float(np.max(rets)) if rets else None,
+            mean_length=float(np.mean([e[1] for e in recent])) if recent else None,
+            env_steps_per_s=run_steps * rate,
+            learner_steps_per_s=ls.steps * rate,
+            samples_per_s=ls.samples * rate,
+            policy_lag_mean=ls.lag_mean,
+            policy_lag_max=ls.lag_max,
+            dropped_rollouts=ls.dropped_rollouts,
+            skipped_publishes=ls.skipped_publishes,
+            queue_depth=self.queue.qsize(),
+            stage_fractions={k: (v / total if total > 0 else 0.0) for k, v in stages.items()},
+            metrics=dict(ls.metrics),
+        )
+
+    # ------------------------------------------------------------------------------- the run
+
+    def run(
+        self,
+        on_progress: Callable[[Progress], None] | None = None,
+        progress_interval_s: float = 2.0,
+    ) -> RunResult:
+        """Run until a stop condition; re-raise a thread's exception in this thread."""
+        if self._ran:
+            raise RuntimeError("a Runner runs once; build a new one (resume=checkpoint) to go on")
+        self._ran = True
+        cfg = self.cfg
+        start = time.perf_counter()
+        self._last_checkpoint = start
+        stopped_by, time_to_target = "total_env_steps", None
+        restore_signals = self._install_signal_handlers()
+        try:
+            self._start_threads()
+            next_progress = start + progress_interval_s
+            while True:
+                self.stop.wait(0.02)
+                now = time.perf_counter()
+                if self._errors:
+                    stopped_by = "error"
+                    break
+                if self._signal is not None:
+                    stopped_by = self._signal
+                    break
+                if self._budget_spent.is_set():
+                    break
+                if self.stop.is_set():
+                    stopped_by = "stop"
+                    break
+                if not cfg.deterministic and self.env_steps() >= cfg.total_env_steps:
+                    break
+                if cfg.target_return is not None and self._target_reached():
+                    time_to_target, stopped_by = now - start, "target_return"
+                    break
+                if cfg.max_wall_s is not None and now - start >= cfg.max_wall_s:
+                    stopped_by = "max_wall_s"
+                    break
+                if on_progress is not None and now >= next_progress:
+                    on_progress(self.progress(now - start))
+                    next_progress = now + progress_interval_s
+        finally:
+            self.stop.set()
+            stuck = self._join_threads()
+            restore_signals()
+        wall = time.perf_counter() - start
+        learner_alive = any(t.name == "rlpar-learner" and t.is_alive() for t in self._threads)
+        if self._errors:
+            name, exc = self._errors[0]
+            # The learner's state is whole unless the learner itself failed (or is stuck).
+            if name != "learner" and not learner_alive:
+                self._save_checkpoint()
+            self.close()
+            if hasattr(exc, "add_note"):
+                exc.add_note(f"(raised in rlpar thread {name!r}; the run was stopped)")
+            raise exc
+        final = None if learner_alive else self._save_checkpoint()
+        if on_progress is not None:
+            on_progress(self.progress(wall))
+        self.close()
+        recent = self.episodes.recent(cfg.return_window)
+        return RunResult(
+            mean_return=float(np.mean([e[0] for e in recent])) if recent else None,
+            env_steps=self.env_steps(),
+            learner_steps=self.state.steps,
+            episodes=self._base_episodes + self.episodes.count,
+            wall_s=wall,
+            time_to_target_s=time_to_target,
+            stopped_by=stopped_by,
+            checkpoint=str(final) if final else None,
+            stuck_threads=stuck,
+        )
+
+    def close(self) -> None:
+        """Close the envs (idempotent); envs of a stuck actor are left alone."""
+        stuck = {t.name for t in self._threads if t.is_alive()} if self._threads else set()
+        for i, envs in enumerate(self._envs):
+            if envs is not None and f"rlpar-actor-{i}" not in stuck:
+                envs.close()
+                self._envs[i] = None
+
+    # ----------------------------------------------------------------------------- threads
+
+    def _guard(self, name: str, body: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                body()
+            except BaseException as exc:  # every failure stops the run and reaches the main thread
+                self._errors.append((name, exc))
+                self.stop.set()
+
+        return run
+
+    def _start_threads(self) -> None:
+        cfg = self.cfg
+        per_version = cfg.batch_rollouts // cfg.num_actors if cfg.deterministic else 1
+        first = self.state.steps + 1
+        for actor in self.actors:
+            if cfg.deterministic:
+
+                def wait(v: int, first: int = first) -> bool:
+                    return self.clock.wait_for(first + v - 1, self.stop)
+            else:
+                wait = None
+            body = _bind(actor.run, self.stop, self.queue, self.episodes, wait, per_version)
+            self._threads.append(
+                threading.Thread(
+                    target=self._guard(f"actor-{actor.index} (env {self.env_cfg.id})", body),
+                    name=f"rlpar-actor-{actor.index}",
+                    daemon=True,
+                )
+            )
+        learner = _bind(self.learner.run, self.stop, self.queue)
+        self._threads.append(
+            threading.Thread(
+                target=self._guard("learner", learner), name="rlpar-learner", daemon=True
+            )
+        )
+        for t in self._threads:
+            t.start()
+
+    def _join_threads(self) -> list[str]:
+        deadline = time.perf_counter() + self.cfg.join_timeout_s
+        stuck = []
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.perf_counter()))
+            if t.is_alive():
+                stuck.append(t.name)
+        if stuck:
+            log.error(
+                "%s did not stop within %.1f s (stuck in an env step or the learner?); "
+                "left running as daemon threads",
+                ", ".join(stuck),
+                self.cfg.join_timeout_s,
+            )
+        return stuck
+
+    def _target_reached(self) -> bool:
+        recent = self.episodes.recent(self.cfg.return_window)
+        if len(recent) < self.cfg.return_window:
+            return False
+        return float(np.mean([e[0] for e in recent])) >= self.cfg.target_return
+
+    # --------------------------------------------------------------------------- signals
+
+    _signal: str | None = None
+
+    def _install_signal_handlers(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+        def handler(signum: int, _frame: Any) -> None:
+            self._signal = signal.Signals(signum).name
+            self.stop.set()
+
+        for s in previous:
+            signal.signal(s, handler)
+
+        def restore() -> None:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+        return restore
+
+    # ------------------------------------------------------------------------ checkpoints
+
+    def _after_learner_step(self) -> None:
+        """On the learner thread, between steps: the only place the state is quiet."""
+        cfg = self.cfg
+        if cfg.deterministic:
+            # A fixed number of learner steps, not a race between actors and the main thread.
+            per_step = cfg.batch_rollouts * cfg.env_steps_per_rollout
+            if self.state.steps >= -(-cfg.total_env_steps // per_step):
+                self._budget_spent.set()
+                self.stop.set()
+        interval = self.cfg.checkpoint_interval_s
+        if interval is not None and time.perf_counter() - self._last_checkpoint >= interval:
+            self._save_checkpoint()
+            self._last_checkpoint = time.perf_counter()
+
+    def _snapshot_state(self) -> Checkpoint:
+        return Checkpoint(
+            params=self.state.params.copy(),
+            optimizer=self.state.optimizer.state_dict(),
+            counters={
+                "env_steps": self.env_steps(),
+                "learner_steps": self.state.steps,
+                "version": self.state.steps + 1,
+                "episodes": self._base_episodes + self.episodes.count,
+                "generation": self._generation,
+            },
+            rng_states={"actors": [a.rng.bit_generator.state for a in self.actors]},
+            config=self.config,
+            net_signature=net_signature(self.net),
+            extra={"agent": dict(self.state.extra)},
+        )
+
+    def _save_checkpoint(self) -> Path | None:
+        if self.checkpoint_dir is None:
+            return None
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        path = save_checkpoint(
+            checkpoint_path(self.checkpoint_dir, self.state.steps), self._snapshot_state()
+        )
+        prune_checkpoints(self.checkpoint_dir, keep=self.keep_checkpoints)
+        return path
+
+    def _restore(self, ckpt: Checkpoint, path: str | Path) -> None:
+        expected = net_signature(self.net)
+        load_checkpoint(path, expected_signature=expected)  # the same file, checked against us
+        self.state.params[...] = ckpt.params
+        self.state.optimizer.load_state_dict(ckpt.optimizer)
+        self.state.steps = int(ckpt.counters["learner_steps"])
+        self.state.extra = dict(ckpt.extra.get("agent", {}))
+
+
+def _bind(fn: Callable[..., None], *args: Any) -> Callable[[], None]:
+    return lambda: fn(*args)

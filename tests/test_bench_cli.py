@@ -1,0 +1,121 @@
+"""The command line, run as ``python -m rlpar`` in a subprocess.
+
+Each run starts in a temporary directory, so the installed package is imported. Benchmarks run
+with ``--quick`` and only their structure is checked: timings on a shared machine are not facts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def rlpar(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rlpar", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def last_json(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def assert_numbers(d: dict, keys: set[str]) -> None:
+    """``d`` has exactly ``keys``, each a finite positive number."""
+    assert set(d) == keys
+    for k in keys:
+        assert isinstance(d[k], (int, float)) and math.isfinite(d[k]) and d[k] > 0, (k, d[k])
+
+
+@pytest.mark.parametrize(
+    ("args", "mentions"),
+    [
+        ([], ["bench"]),
+        (["bench"], ["net", "snapshot", "gil"]),
+        (["bench", "net"], ["--json", "--quick"]),
+        (["bench", "snapshot"], ["--json", "--quick"]),
+        (["bench", "gil"], ["--json", "--quick"]),
+    ],
+)
+def test_help_exits_zero_and_lists_subcommands(tmp_path, args, mentions) -> None:
+    proc = rlpar(tmp_path, *args, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: rlpar")
+    for word in mentions:
+        assert word in proc.stdout
+
+
+@pytest.mark.parametrize("args", [["frobnicate"], ["bench", "frobnicate"], [], ["bench"]])
+def test_unknown_or_missing_subcommand_fails_with_a_clear_message(tmp_path, args) -> None:
+    proc = rlpar(tmp_path, *args)
+    assert proc.returncode != 0
+    assert proc.stdout == ""
+    if args and args[-1] == "frobnicate":
+        assert "invalid choice: 'frobnicate'" in proc.stderr
+    else:
+        assert "required" in proc.stderr
+    assert "usage: rlpar" in proc.stderr
+
+
+def test_bench_net_json_has_the_documented_shape(tmp_path) -> None:
+    r = last_json(rlpar(tmp_path, "bench", "net", "--json", "--quick"))
+    impls = {"native", "numpy"} | ({"torch"} if HAS_TORCH else set())
+    assert set(r["forward_us"]) == {"mlp", "conv"}
+    for net, batches in (("mlp", {"1", "32", "256"}), ("conv", {"1", "32"})):
+        assert set(r["forward_us"][net]) == impls
+        for impl in impls:
+            assert_numbers(r["forward_us"][net][impl], batches)
+    assert set(r["threads_fps"]) == {"released", "held"}
+    for mode in ("released", "held"):
+        assert set(r["threads_fps"][mode]) == {"32", "256"}
+        for batch in ("32", "256"):
+            assert_numbers(r["threads_fps"][mode][batch], {"1", "2"})
+    assert_numbers(r["train_step_ms"], {"native", "torch"} if HAS_TORCH else {"native"})
+    assert r["gil_release_threshold_flops"] >= 0
+    assert ("torch_threads" in r) == HAS_TORCH
+    ratios = r["ratios"]
+    assert_numbers(ratios["native_vs_numpy_b1"], {"mlp", "conv"})
+    assert_numbers(ratios["threads_2v1_released"], {"32", "256"})
+    if HAS_TORCH:
+        assert_numbers(ratios["native_vs_torch_b1"], {"mlp", "conv"})
+        assert ratios["train_step_native_vs_torch"] > 0
+
+
+def test_bench_snapshot_json_has_the_documented_shape(tmp_path) -> None:
+    r = last_json(rlpar(tmp_path, "bench", "snapshot", "--json", "--quick"))
+    keys = {"pin_unpin_ns", "publish_us_per_mb", "memcpy_us_per_mb", "publish_vs_memcpy"}
+    keys |= {"n_floats", "mbytes", "python_pin_release_ns"}
+    assert_numbers(r, keys)
+
+
+def test_bench_gil_json_reports_every_batch(tmp_path) -> None:
+    r = last_json(rlpar(tmp_path, "bench", "gil", "--json", "--quick"))
+    assert list(r["batches"]) == ["1", "2", "4", "8", "16", "32", "64"]
+    for row in r["batches"].values():
+        assert row["flops"] > 0
+        for mode in ("released", "held"):
+            assert_numbers(row["fps"][mode], {"1", "2"})
+            assert row["ratio_2v1"][mode] > 0
+    assert r["crossover_batch"] is None or r["crossover_batch"] in (1, 2, 4, 8, 16, 32, 64)
+    assert r["threshold_flops"] >= 0
+
+
+def test_bench_without_json_prints_a_table(tmp_path) -> None:
+    proc = rlpar(tmp_path, "bench", "snapshot", "--quick")
+    assert proc.returncode == 0, proc.stderr
+    assert "publish / memcpy" in proc.stdout
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(proc.stdout.strip().splitlines()[-1])
