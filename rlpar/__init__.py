@@ -6,9 +6,15 @@ Public API (everything a user or a plug-in agent needs is importable from here):
   `Categorical`, `Value`, `Gaussian`, helpers `mlp_spec`, `conv_spec`, and `Net`;
 - optimizers: `SGD`, `RMSProp`, `Adam`, `clip_grad_norm`, `global_norm`;
 - parameter snapshots: `SnapshotStore`, `Snapshot`;
+- the agent seam and runtime: `Agent`, `LearnerState`, `Rollout`, `Batch`, `Runner`, `RunResult`,
+  `Progress`, configs `EnvConfig`, `RuntimeConfig`, losses `actor_critic_loss`;
+- plug-ins: `register_agent`, `make_agent`, `agents`, `register_env`;
 - GIL policy: `gil_release_threshold`, `set_gil_release_threshold`.
 """
 
+from rlpar.agent import Agent, LearnerState
+from rlpar.config import ConfigError, EnvConfig, RuntimeConfig
+from rlpar.losses import actor_critic_loss
 from rlpar.nn import (
     Categorical,
     Conv2d,
@@ -28,6 +34,8 @@ from rlpar.nn import (
     set_gil_release_threshold,
 )
 from rlpar.optim import SGD, Adam, Optimizer, RMSProp, clip_grad_norm, global_norm
+from rlpar.registry import agents, make_agent, register_agent, register_env
+from rlpar.runtime import Batch, Progress, Rollout, Runner, RunResult
 from rlpar.snapshot import Snapshot, SnapshotStore
 
 __version__ = "0.1.0"
@@ -35,27 +43,42 @@ __version__ = "0.1.0"
 __all__ = [
     "SGD",
     "Adam",
+    "Agent",
+    "Batch",
     "Categorical",
+    "ConfigError",
     "Conv2d",
+    "EnvConfig",
     "Flatten",
     "Gaussian",
+    "LearnerState",
     "Linear",
     "Net",
     "NetSpec",
     "Optimizer",
+    "Progress",
     "PyLayer",
     "RMSProp",
     "ReLU",
+    "Rollout",
+    "RunResult",
+    "Runner",
+    "RuntimeConfig",
     "Snapshot",
     "SnapshotStore",
     "Tanh",
     "Tape",
     "Value",
     "__version__",
+    "actor_critic_loss",
+    "agents",
     "clip_grad_norm",
     "conv_spec",
     "gil_release_threshold",
     "global_norm",
+    "make_agent",
     "mlp_spec",
+    "register_agent",
+    "register_env",
     "set_gil_release_threshold",
 ]

@@ -26,6 +26,10 @@
 #include "rlpar/optim.h"
 #include "snapshot_py.h"
 
+namespace rlpar_py {
+void bind_losses(pybind11::module_& m);
+}
+
 namespace py = pybind11;
 using rlpar::HeadKind;
 using rlpar::HeadSpec;
@@ -532,5 +536,6 @@ PYBIND11_MODULE(_native, m) {
   // unwound through a noexcept destructor (std::terminate).
   (void)py::dtype::of<float>();
   rlpar_py::bind_snapshot(m);
+  rlpar_py::bind_losses(m);
   py::module_::import("atexit").attr("register")(m.attr("_stop_releasing_gil"));
 }

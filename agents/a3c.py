@@ -1,0 +1,77 @@
+"""A3C (Mnih et al. 2016), learner-central as in GA3C: actors act, one learner updates.
+
+for each learner step:
+    batch <- B rollouts of T steps
+    out = net(x_0..x_T)                                   # pi and V
+    R_t = r_t + gamma R_{t+1}, R_T = V(x_T)               # n-step returns; bootstrap from
+                                                          # V at truncation and unroll end,
+                                                          # 0 at termination
+    L = -(R_t - V(x_t)) log pi(a_t|x_t) + value_coef * 0.5 (R_t - V(x_t))^2
+        - entropy_coef * H(pi(.|x_t))
+    params <- optimizer(clip(grad L))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import numpy as np
+
+import rlpar
+
+from .common import (
+    NetConfig,
+    OptimConfig,
+    PolicyLayout,
+    actor_critic_spec,
+    actor_critic_step,
+    sample_actions,
+)
+
+
+@dataclass(frozen=True)
+class A3CConfig:
+    """A3C hyper-parameters."""
+
+    gamma: float = 0.99
+    """Discount factor."""
+    value_coef: float = 0.5
+    """Weight of the value loss."""
+    entropy_coef: float = 0.01
+    """Weight of the entropy bonus."""
+    net: NetConfig = field(default_factory=NetConfig)
+    """The network torso."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """The optimizer."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.gamma <= 1.0:
+            raise rlpar.ConfigError(f"gamma: expected a number in [0, 1], got {self.gamma}")
+
+
+class A3C(rlpar.Agent):
+    """Advantage actor-critic on n-step returns (no off-policy correction)."""
+
+    Config = A3CConfig
+
+    def __init__(self, config: A3CConfig) -> None:
+        self.config = config
+        self.gamma = config.gamma
+
+    def net_spec(self, obs_space: gym.Space, action_space: gym.Space) -> rlpar.NetSpec:
+        return actor_critic_spec(obs_space, action_space, self.config.net)
+
+    def init_state(self, net: rlpar.Net, params: np.ndarray) -> rlpar.LearnerState:
+        self.layout = PolicyLayout.of(net)
+        return rlpar.LearnerState(params=params, optimizer=self.config.optim.make(net.num_params))
+
+    def act(self, net: rlpar.Net, out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return sample_actions(self.layout, out, rng)
+
+    def learn(self, net: rlpar.Net, state: rlpar.LearnerState, batch: rlpar.Batch) -> dict:
+        c = self.config
+        return actor_critic_step(
+            net, state, batch, self.layout, c.optim, gamma=c.gamma, importance_weighting=False,
+            value_coef=c.value_coef, entropy_coef=c.entropy_coef,
+        )  # fmt: skip

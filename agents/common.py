@@ -1,0 +1,150 @@
+"""What A3C and IMPALA share: the net for the spaces, acting, and the learner step around the
+native actor-critic loss. Written against the public `rlpar` API only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+import rlpar
+
+
+@dataclass(frozen=True)
+class NetConfig:
+    """Torso sizes; the heads follow from the action space."""
+
+    hidden: tuple[int, ...] = (64, 64)
+    """MLP torso widths for vector observations."""
+    activation: str = "tanh"
+    """MLP activation: "tanh" or "relu"."""
+    conv: tuple[tuple[int, int, int], ...] = ((16, 3, 1),)
+    """Conv torso for image observations: (out_channels, kernel, stride) per layer."""
+    conv_hidden: int = 128
+    """Width of the Linear layer after the conv torso."""
+    init_log_std: float = 0.0
+    """Initial log standard deviation of a Gaussian policy."""
+
+    def __post_init__(self) -> None:
+        if self.activation not in ("tanh", "relu"):
+            raise rlpar.ConfigError(
+                f"activation: expected 'tanh' or 'relu', got {self.activation!r}"
+            )
+
+
+def policy_head(action_space: gym.Space, cfg: NetConfig) -> rlpar.Categorical | rlpar.Gaussian:
+    if isinstance(action_space, gym.spaces.Discrete):
+        return rlpar.Categorical(int(action_space.n))
+    if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+        return rlpar.Gaussian(int(action_space.shape[0]), init_log_std=cfg.init_log_std)
+    raise ValueError(f"unsupported action space {action_space}: expected Discrete or a 1-D Box")
+
+
+def actor_critic_spec(
+    obs_space: gym.Space, action_space: gym.Space, cfg: NetConfig
+) -> rlpar.NetSpec:
+    """MLP for vector observations, conv torso for images [H, W, C]; policy head + value head."""
+    heads = [policy_head(action_space, cfg), rlpar.Value()]
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise ValueError(f"unsupported observation space {obs_space}: expected a Box")
+    shape = tuple(int(d) for d in obs_space.shape)
+    if len(shape) == 1:
+        return rlpar.mlp_spec(shape[0], heads, hidden=cfg.hidden, activation=cfg.activation)
+    if len(shape) == 3:
+        layers: list = []
+        for oc, k, s in cfg.conv:
+            layers += [rlpar.Conv2d(oc, k, s), rlpar.ReLU()]
+        layers += [rlpar.Flatten(), rlpar.Linear(cfg.conv_hidden), rlpar.ReLU()]
+        frames = obs_space.dtype == np.uint8 and float(np.max(obs_space.high)) > 1
+        return rlpar.NetSpec(
+            input_shape=shape, layers=layers, heads=heads, input_dtype="uint8",
+            input_scale=1 / 255 if frames else 1.0,
+        )  # fmt: skip
+    raise ValueError(
+        f"unsupported observation shape {shape}: expected a vector (D,) or an image (H, W, C)"
+    )
+
+
+@dataclass
+class PolicyLayout:
+    """Where the policy and value live in the net's output row."""
+
+    kind: str
+    begin: int
+    num_actions: int
+    log_std_begin: int
+    value_col: int
+
+    @classmethod
+    def of(cls, net: rlpar.Net) -> PolicyLayout:
+        cols = net.output_slices
+        if "logits" in cols:
+            s = cols["logits"]
+            return cls("categorical", s.start, s.stop - s.start, 0, cols["value"].start)
+        s = cols["mean"]
+        return cls(
+            "gaussian", s.start, s.stop - s.start, cols["log_std"].start, cols["value"].start
+        )
+
+
+def sample_actions(layout: PolicyLayout, out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Categorical: Gumbel-max over the logits -> int64 [K]. Gaussian: mean + std * N(0, 1)
+    -> float32 [K, A] (unclipped)."""
+    b, n = layout.begin, layout.num_actions
+    if layout.kind == "categorical":
+        gumbel = -np.log(-np.log(rng.random((out.shape[0], n))))
+        return np.argmax(out[:, b : b + n] + gumbel, axis=1)
+    std = np.exp(out[:, layout.log_std_begin : layout.log_std_begin + n])
+    return (out[:, b : b + n] + std * rng.standard_normal((out.shape[0], n))).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """The learner's optimizer."""
+
+    name: str = "adam"
+    """"adam" or "rmsprop"."""
+    lr: float = 1e-3
+    """Learning rate."""
+    eps: float = 1e-5
+    """Epsilon of Adam/RMSProp."""
+    alpha: float = 0.99
+    """RMSProp decay."""
+    max_grad_norm: float = 40.0
+    """Global gradient-norm clipping."""
+
+    def __post_init__(self) -> None:
+        if self.name not in ("adam", "rmsprop"):
+            raise rlpar.ConfigError(f"name: expected 'adam' or 'rmsprop', got {self.name!r}")
+
+    def make(self, num_params: int) -> rlpar.Optimizer:
+        if self.name == "adam":
+            return rlpar.Adam(num_params, lr=self.lr, eps=self.eps)
+        return rlpar.RMSProp(num_params, lr=self.lr, alpha=self.alpha, eps=self.eps)
+
+
+def actor_critic_step(
+    net: rlpar.Net,
+    state: rlpar.LearnerState,
+    batch: rlpar.Batch,
+    layout: PolicyLayout,
+    optim: OptimConfig,
+    **loss_args: float | bool,
+) -> dict[str, float]:
+    """forward [T+1, N] -> native loss -> backward -> clip -> optimizer; all GIL-free."""
+    t_len, n = batch.rewards.shape
+    obs = batch.obs.reshape((t_len + 1) * n, *batch.obs.shape[2:])
+    out, tape = net.forward_train(state.params, obs)
+    dout, metrics = rlpar.actor_critic_loss(
+        out.reshape(t_len + 1, n, -1), batch.behaviour, batch.actions, batch.rewards,
+        batch.terminated, batch.truncated, batch.mask, policy=layout.kind,
+        policy_begin=layout.begin, num_actions=layout.num_actions,
+        log_std_begin=layout.log_std_begin, value_col=layout.value_col, **loss_args,
+    )  # fmt: skip
+    grad = net.backward(tape, dout.reshape(out.shape))
+    tape.release()
+    metrics["grad_norm"] = rlpar.clip_grad_norm(grad, optim.max_grad_norm)
+    state.optimizer.step(state.params, grad)
+    metrics["learning_rate"] = state.optimizer.lr
+    return metrics

@@ -1,0 +1,86 @@
+"""IMPALA (Espeholt et al. 2018): decoupled actors, V-trace off-policy correction.
+
+for each learner step:
+    batch <- B rollouts, each acted by one (possibly stale) policy version mu
+    out = net(x_0..x_T)                                  # current policy pi and V
+    rho_t = min(rho_bar, pi/mu), c_t = min(c_bar, pi/mu)
+    vs_t = V(x_t) + rho_t delta_t + gamma c_t (vs_{t+1} - V(x_{t+1}))
+    L = -rho_pg_t (r_t + gamma vs_{t+1} - V(x_t)) log pi(a_t|x_t)
+        + baseline_cost * 0.5 (vs_t - V(x_t))^2 - entropy_cost * H(pi(.|x_t))
+    params <- optimizer(clip(grad L))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import numpy as np
+
+import rlpar
+
+from .common import (
+    NetConfig,
+    OptimConfig,
+    PolicyLayout,
+    actor_critic_spec,
+    actor_critic_step,
+    sample_actions,
+)
+
+
+@dataclass(frozen=True)
+class ImpalaConfig:
+    """IMPALA hyper-parameters (defaults: the paper's, with Adam for small problems)."""
+
+    gamma: float = 0.99
+    """Discount factor."""
+    rho_bar: float = 1.0
+    """Clip of the importance weights in the V-trace targets."""
+    c_bar: float = 1.0
+    """Clip of the trace-cutting coefficients."""
+    pg_rho_bar: float = 1.0
+    """Clip of the importance weights in the policy-gradient advantage."""
+    baseline_cost: float = 0.5
+    """Weight of the value loss."""
+    entropy_cost: float = 0.01
+    """Weight of the entropy bonus."""
+    net: NetConfig = field(default_factory=NetConfig)
+    """The network torso."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """The optimizer."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.gamma <= 1.0:
+            raise rlpar.ConfigError(f"gamma: expected a number in [0, 1], got {self.gamma}")
+        for key in ("rho_bar", "c_bar", "pg_rho_bar"):
+            if getattr(self, key) <= 0:
+                raise rlpar.ConfigError(f"{key}: expected a number > 0, got {getattr(self, key)}")
+
+
+class Impala(rlpar.Agent):
+    """IMPALA with V-trace, computed natively inside the GIL-free learner step."""
+
+    Config = ImpalaConfig
+
+    def __init__(self, config: ImpalaConfig) -> None:
+        self.config = config
+        self.gamma = config.gamma
+
+    def net_spec(self, obs_space: gym.Space, action_space: gym.Space) -> rlpar.NetSpec:
+        return actor_critic_spec(obs_space, action_space, self.config.net)
+
+    def init_state(self, net: rlpar.Net, params: np.ndarray) -> rlpar.LearnerState:
+        self.layout = PolicyLayout.of(net)
+        return rlpar.LearnerState(params=params, optimizer=self.config.optim.make(net.num_params))
+
+    def act(self, net: rlpar.Net, out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return sample_actions(self.layout, out, rng)
+
+    def learn(self, net: rlpar.Net, state: rlpar.LearnerState, batch: rlpar.Batch) -> dict:
+        c = self.config
+        return actor_critic_step(
+            net, state, batch, self.layout, c.optim, gamma=c.gamma, importance_weighting=True,
+            rho_bar=c.rho_bar, c_bar=c.c_bar, pg_rho_bar=c.pg_rho_bar,
+            value_coef=c.baseline_cost, entropy_coef=c.entropy_cost,
+        )  # fmt: skip

@@ -1,0 +1,112 @@
+"""Plug-in registries: agents by name (environments use gymnasium's own registry).
+
+A user's agent is a first-class citizen beside the built-ins::
+
+    @dataclass(frozen=True)
+    class MyConfig:
+        lr: float = 1e-3
+
+    class MyAgent(rlpar.Agent):
+        def __init__(self, config: MyConfig) -> None: ...
+
+    rlpar.register_agent("my_agent", MyAgent, MyConfig)
+    # or, from an installed package, an entry point in the group "rlpar.agents":
+    #   [project.entry-points."rlpar.agents"]
+    #   my_agent = "my_package.agents:MyAgent"     (a class with a nested `Config` dataclass)
+
+Configs (TOML ``[agent]`` tables) are validated against the registered dataclass, so a typo in
+a key is an error naming the key, not a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import gymnasium as gym
+
+from rlpar.agent import Agent
+from rlpar.config import from_dict
+
+__all__ = ["AgentEntry", "agents", "make_agent", "register_agent", "register_env"]
+
+ENTRY_POINT_GROUP = "rlpar.agents"
+
+
+@dataclass(frozen=True)
+class AgentEntry:
+    """A registered agent: ``factory(config) -> Agent`` and its config dataclass."""
+
+    name: str
+    factory: Callable[[Any], Agent]
+    config: type
+    source: str  # "built-in", "entry point <value>", or "register_agent"
+
+
+_AGENTS: dict[str, AgentEntry] = {}
+_loaded = False
+
+
+def register_agent(
+    name: str,
+    factory: Callable[[Any], Agent],
+    config: type | None = None,
+    *,
+    overwrite: bool = False,
+    source: str = "register_agent",
+) -> None:
+    """Register ``factory`` (called with a ``config`` instance) under ``name``.
+
+    ``config`` defaults to ``factory.Config``; it must be a dataclass.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"agent name must be a non-empty string, got {name!r}")
+    config = config if config is not None else getattr(factory, "Config", None)
+    if config is None or not dataclasses.is_dataclass(config):
+        raise TypeError(
+            f"agent {name!r} needs a config dataclass: pass config=... or give the factory a "
+            f"nested `Config` dataclass (got {config!r})"
+        )
+    if name in _AGENTS and not overwrite:
+        raise ValueError(f"an agent named {name!r} is already registered ({_AGENTS[name].source})")
+    _AGENTS[name] = AgentEntry(name, factory, config, source)
+
+
+def register_env(env_id: str, entry_point: Any, **kwargs: Any) -> None:
+    """Register an environment for configs; the same as ``gymnasium.register``."""
+    gym.register(env_id, entry_point=entry_point, **kwargs)
+
+
+def _load_plugins() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import rlpar.agents  # noqa: F401  (registers the built-in agents)
+
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in _AGENTS:
+            continue
+        register_agent(ep.name, ep.load(), source=f"entry point {ep.value}")
+
+
+def agents() -> dict[str, AgentEntry]:
+    """Every registered agent, built-in and plug-in, by name."""
+    _load_plugins()
+    return dict(sorted(_AGENTS.items()))
+
+
+def make_agent(name: str, params: dict[str, Any] | None = None) -> Agent:
+    """Build agent ``name`` from plain config data (e.g. the TOML ``[agent]`` table)."""
+    entry = agents().get(name)
+    if entry is None:
+        known = sorted(_AGENTS)
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown agent {name!r}{hint}; registered agents: {', '.join(known)}")
+    config = from_dict(entry.config, dict(params or {}), prefix="agent.")
+    return entry.factory(config)
