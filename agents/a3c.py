@@ -36,6 +36,8 @@ class A3CConfig:
 
     gamma: float = 0.99
     """Discount factor."""
+    reward_scale: float = 1.0
+    """Rewards are multiplied by this before the loss (keeps value targets near unit size)."""
     value_coef: float = 0.5
     """Weight of the value loss."""
     entropy_coef: float = 0.01
@@ -72,6 +74,6 @@ class A3C(rlpar.Agent):
     def learn(self, net: rlpar.Net, state: rlpar.LearnerState, batch: rlpar.Batch) -> dict:
         c = self.config
         return actor_critic_step(
-            net, state, batch, self.layout, c.optim, gamma=c.gamma, importance_weighting=False,
+            net, state, batch, self.layout, c.optim, c.reward_scale, gamma=c.gamma, importance_weighting=False,
             value_coef=c.value_coef, entropy_coef=c.entropy_coef,
         )  # fmt: skip

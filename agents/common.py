@@ -130,14 +130,16 @@ def actor_critic_step(
     batch: rlpar.Batch,
     layout: PolicyLayout,
     optim: OptimConfig,
+    reward_scale: float,
     **loss_args: float | bool,
 ) -> dict[str, float]:
     """forward [T+1, N] -> native loss -> backward -> clip -> optimizer; all GIL-free."""
     t_len, n = batch.rewards.shape
+    rewards = batch.rewards if reward_scale == 1.0 else batch.rewards * np.float32(reward_scale)
     obs = batch.obs.reshape((t_len + 1) * n, *batch.obs.shape[2:])
     out, tape = net.forward_train(state.params, obs)
     dout, metrics = rlpar.actor_critic_loss(
-        out.reshape(t_len + 1, n, -1), batch.behaviour, batch.actions, batch.rewards,
+        out.reshape(t_len + 1, n, -1), batch.behaviour, batch.actions, rewards,
         batch.terminated, batch.truncated, batch.mask, policy=layout.kind,
         policy_begin=layout.begin, num_actions=layout.num_actions,
         log_std_begin=layout.log_std_begin, value_col=layout.value_col, **loss_args,

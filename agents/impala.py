@@ -35,6 +35,8 @@ class ImpalaConfig:
 
     gamma: float = 0.99
     """Discount factor."""
+    reward_scale: float = 1.0
+    """Rewards are multiplied by this before the loss (keeps value targets near unit size)."""
     rho_bar: float = 1.0
     """Clip of the importance weights in the V-trace targets."""
     c_bar: float = 1.0
@@ -80,7 +82,7 @@ class Impala(rlpar.Agent):
     def learn(self, net: rlpar.Net, state: rlpar.LearnerState, batch: rlpar.Batch) -> dict:
         c = self.config
         return actor_critic_step(
-            net, state, batch, self.layout, c.optim, gamma=c.gamma, importance_weighting=True,
+            net, state, batch, self.layout, c.optim, c.reward_scale, gamma=c.gamma, importance_weighting=True,
             rho_bar=c.rho_bar, c_bar=c.c_bar, pg_rho_bar=c.pg_rho_bar,
             value_coef=c.baseline_cost, entropy_coef=c.entropy_cost,
         )  # fmt: skip

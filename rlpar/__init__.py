@@ -8,7 +8,7 @@ Public API (everything a user or a plug-in agent needs is importable from here):
 - parameter snapshots: `SnapshotStore`, `Snapshot`;
 - the agent seam and runtime: `Agent`, `LearnerState`, `Rollout`, `Batch`, `Runner`, `RunResult`,
   `Progress`, configs `EnvConfig`, `RuntimeConfig`, losses `actor_critic_loss`;
-- plug-ins: `register_agent`, `make_agent`, `agents`, `register_env`;
+- plug-ins: `register_agent`, `make_agent`, `registered_agents`, `register_env`;
 - GIL policy: `gil_release_threshold`, `set_gil_release_threshold`.
 """
 
@@ -34,7 +34,7 @@ from rlpar.nn import (
     set_gil_release_threshold,
 )
 from rlpar.optim import SGD, Adam, Optimizer, RMSProp, clip_grad_norm, global_norm
-from rlpar.registry import agents, make_agent, register_agent, register_env
+from rlpar.registry import make_agent, register_agent, register_env, registered_agents
 from rlpar.runtime import Batch, Progress, Rollout, Runner, RunResult
 from rlpar.snapshot import Snapshot, SnapshotStore
 
@@ -71,7 +71,6 @@ __all__ = [
     "Value",
     "__version__",
     "actor_critic_loss",
-    "agents",
     "clip_grad_norm",
     "conv_spec",
     "gil_release_threshold",
@@ -80,5 +79,6 @@ __all__ = [
     "mlp_spec",
     "register_agent",
     "register_env",
+    "registered_agents",
     "set_gil_release_threshold",
 ]

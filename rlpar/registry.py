@@ -32,7 +32,7 @@ import gymnasium as gym
 from rlpar.agent import Agent
 from rlpar.config import from_dict
 
-__all__ = ["AgentEntry", "agents", "make_agent", "register_agent", "register_env"]
+__all__ = ["AgentEntry", "make_agent", "register_agent", "register_env", "registered_agents"]
 
 ENTRY_POINT_GROUP = "rlpar.agents"
 
@@ -94,7 +94,7 @@ def _load_plugins() -> None:
         register_agent(ep.name, ep.load(), source=f"entry point {ep.value}")
 
 
-def agents() -> dict[str, AgentEntry]:
+def registered_agents() -> dict[str, AgentEntry]:
     """Every registered agent, built-in and plug-in, by name."""
     _load_plugins()
     return dict(sorted(_AGENTS.items()))
@@ -102,7 +102,7 @@ def agents() -> dict[str, AgentEntry]:
 
 def make_agent(name: str, params: dict[str, Any] | None = None) -> Agent:
     """Build agent ``name`` from plain config data (e.g. the TOML ``[agent]`` table)."""
-    entry = agents().get(name)
+    entry = registered_agents().get(name)
     if entry is None:
         known = sorted(_AGENTS)
         close = difflib.get_close_matches(name, known, n=1)

@@ -1,0 +1,117 @@
+"""The plug-in API: the README's custom agent runs as written, registries, built-ins use only
+the public API."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import types
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+import rlpar
+from rlpar import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_agent_code() -> str:
+    text = (ROOT / "README.md").read_text()
+    match = re.search(r"<!-- custom-agent -->\n```python\n(.*?)```", text, re.S)
+    assert match, "the README lost its custom-agent example"
+    return match.group(1)
+
+
+@pytest.fixture
+def clean_registry(monkeypatch):
+    monkeypatch.setattr(registry, "_AGENTS", dict(registry.registered_agents()))
+
+
+def test_the_readme_custom_agent_runs_exactly_as_written(clean_registry, monkeypatch) -> None:
+    module = types.ModuleType("readme_example")  # dataclasses look their module up
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(readme_agent_code(), "README.md", "exec"), module.__dict__)
+    result = module.result
+    assert result.env_steps >= 20_000
+    assert result.learner_steps > 0
+    assert result.episodes > 0
+    assert "reinforce" in rlpar.registered_agents()
+
+
+def test_unknown_agent_lists_the_registered_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown agent 'impal' \(did you mean 'impala'\?\)"):
+        rlpar.make_agent("impal")
+    with pytest.raises(ValueError, match="registered agents: .*a3c.*impala"):
+        rlpar.make_agent("nope")
+
+
+def test_agent_config_keys_are_checked() -> None:
+    with pytest.raises(rlpar.ConfigError, match=r"unknown key 'agent.entropy_cot'.*entropy_cost"):
+        rlpar.make_agent("impala", {"entropy_cot": 0.1})
+    with pytest.raises(rlpar.ConfigError, match=r"agent.optim.lr: expected a number, got 'fast'"):
+        rlpar.make_agent("impala", {"optim": {"lr": "fast"}})
+    agent = rlpar.make_agent("impala", {"gamma": 0.9, "optim": {"lr": 0.002}})
+    assert agent.config.gamma == 0.9 and agent.config.optim.lr == 0.002
+
+
+def test_register_agent_needs_a_config_dataclass(clean_registry) -> None:
+    with pytest.raises(TypeError, match="config dataclass"):
+        rlpar.register_agent("bad", lambda c: None)
+    with pytest.raises(ValueError, match="already registered"):
+        rlpar.register_agent("impala", rlpar.registered_agents()["impala"].factory)
+
+
+class EntryPointAgent:
+    """Stands in for a class an installed package exposes."""
+
+    from dataclasses import dataclass as _dc
+
+    @_dc(frozen=True)
+    class Config:
+        x: int = 1
+
+
+def test_entry_point_agents_are_loaded(clean_registry, monkeypatch) -> None:
+    ep = metadata.EntryPoint(
+        name="from_a_package", value=f"{__name__}:EntryPointAgent", group="rlpar.agents"
+    )
+    real = metadata.entry_points
+    monkeypatch.setattr(
+        registry.metadata,
+        "entry_points",
+        lambda group=None: [ep] if group == "rlpar.agents" else real(group=group),
+    )
+    monkeypatch.setattr(registry, "_loaded", False)
+    entry = rlpar.registered_agents()["from_a_package"]
+    assert entry.factory is EntryPointAgent
+    assert entry.source.startswith("entry point")
+
+
+def test_built_in_agents_import_only_the_public_api() -> None:
+    import rlpar.agents as built_in
+
+    for path in Path(built_in.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                if name == "rlpar.registry" and path.name == "__init__.py":
+                    continue  # registration itself
+                assert not name.startswith("rlpar."), f"{path.name} imports {name}"
+
+
+@pytest.mark.parametrize(
+    ("env", "match"),
+    [("CarRacing-v3", "unsupported|Box2D|box2d"), ("Blackjack-v1", "Box")],
+)
+def test_a_space_the_agent_cannot_handle_fails_at_start_up(env, match) -> None:
+    with pytest.raises(Exception, match=match):
+        rlpar.Runner(rlpar.make_agent("impala"), rlpar.EnvConfig(env), rlpar.RuntimeConfig())
