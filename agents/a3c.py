@@ -74,6 +74,14 @@ class A3C(rlpar.Agent):
     def learn(self, net: rlpar.Net, state: rlpar.LearnerState, batch: rlpar.Batch) -> dict:
         c = self.config
         return actor_critic_step(
-            net, state, batch, self.layout, c.optim, c.reward_scale, gamma=c.gamma, importance_weighting=False,
-            value_coef=c.value_coef, entropy_coef=c.entropy_coef,
-        )  # fmt: skip
+            net,
+            state,
+            batch,
+            self.layout,
+            c.optim,
+            c.reward_scale,
+            gamma=c.gamma,
+            importance_weighting=False,
+            value_coef=c.value_coef,
+            entropy_coef=c.entropy_coef,
+        )

@@ -58,9 +58,12 @@ def actor_critic_spec(
         layers += [rlpar.Flatten(), rlpar.Linear(cfg.conv_hidden), rlpar.ReLU()]
         frames = obs_space.dtype == np.uint8 and float(np.max(obs_space.high)) > 1
         return rlpar.NetSpec(
-            input_shape=shape, layers=layers, heads=heads, input_dtype="uint8",
+            input_shape=shape,
+            layers=layers,
+            heads=heads,
+            input_dtype="uint8",
             input_scale=1 / 255 if frames else 1.0,
-        )  # fmt: skip
+        )
     raise ValueError(
         f"unsupported observation shape {shape}: expected a vector (D,) or an image (H, W, C)"
     )
@@ -139,11 +142,20 @@ def actor_critic_step(
     obs = batch.obs.reshape((t_len + 1) * n, *batch.obs.shape[2:])
     out, tape = net.forward_train(state.params, obs)
     dout, metrics = rlpar.actor_critic_loss(
-        out.reshape(t_len + 1, n, -1), batch.behaviour, batch.actions, rewards,
-        batch.terminated, batch.truncated, batch.mask, policy=layout.kind,
-        policy_begin=layout.begin, num_actions=layout.num_actions,
-        log_std_begin=layout.log_std_begin, value_col=layout.value_col, **loss_args,
-    )  # fmt: skip
+        out.reshape(t_len + 1, n, -1),
+        batch.behaviour,
+        batch.actions,
+        rewards,
+        batch.terminated,
+        batch.truncated,
+        batch.mask,
+        policy=layout.kind,
+        policy_begin=layout.begin,
+        num_actions=layout.num_actions,
+        log_std_begin=layout.log_std_begin,
+        value_col=layout.value_col,
+        **loss_args,
+    )
     grad = net.backward(tape, dout.reshape(out.shape))
     tape.release()
     metrics["grad_norm"] = rlpar.clip_grad_norm(grad, optim.max_grad_norm)

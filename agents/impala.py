@@ -82,7 +82,17 @@ class Impala(rlpar.Agent):
     def learn(self, net: rlpar.Net, state: rlpar.LearnerState, batch: rlpar.Batch) -> dict:
         c = self.config
         return actor_critic_step(
-            net, state, batch, self.layout, c.optim, c.reward_scale, gamma=c.gamma, importance_weighting=True,
-            rho_bar=c.rho_bar, c_bar=c.c_bar, pg_rho_bar=c.pg_rho_bar,
-            value_coef=c.baseline_cost, entropy_coef=c.entropy_cost,
-        )  # fmt: skip
+            net,
+            state,
+            batch,
+            self.layout,
+            c.optim,
+            c.reward_scale,
+            gamma=c.gamma,
+            importance_weighting=True,
+            rho_bar=c.rho_bar,
+            c_bar=c.c_bar,
+            pg_rho_bar=c.pg_rho_bar,
+            value_coef=c.baseline_cost,
+            entropy_coef=c.entropy_cost,
+        )

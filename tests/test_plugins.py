@@ -44,7 +44,7 @@ def test_the_readme_custom_agent_runs_exactly_as_written(clean_registry, monkeyp
 def test_unknown_agent_lists_the_registered_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown agent 'impal' \(did you mean 'impala'\?\)"):
         rlpar.make_agent("impal")
-    with pytest.raises(ValueError, match="registered agents: .*a3c.*impala"):
+    with pytest.raises(ValueError, match=r"registered agents: .*a3c.*impala"):
         rlpar.make_agent("nope")
 
 
