@@ -58,7 +58,10 @@ void bind_losses(py::module_& m) {
          double value_coef, double entropy_coef) {
         rlpar::losses::ActorCriticArgs a;
         auto o = py::array::ensure(out);
-        if (!o || o.ndim() != 3) throw py::value_error("out must be a float32 array [T+1, N, O]");
+        if (!o || o.ndim() != 3 || o.shape(0) < 2 || o.shape(1) < 1) {
+          throw py::value_error("out must be a float32 array [T+1, N, O] with T, N >= 1, got " +
+                                (o ? shape_of(o) : std::string("a non-array")));
+        }
         a.T = o.shape(0) - 1;
         a.N = o.shape(1);
         a.O = o.shape(2);
