@@ -129,6 +129,9 @@ class EnvConfig:
     """gymnasium id, e.g. "CartPole-v1", or one registered by a plug-in ("rlpar/CartPole-v1")."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the env's constructor."""
+    setup: str | None = None
+    """Run first, to register the id: "module" (imported) or "module:function" (called), e.g.
+    "minatar.gym:register_envs"."""
 
     def __post_init__(self) -> None:
         _check(bool(self.id), "id", "a gymnasium environment id", self.id)

@@ -13,7 +13,7 @@ from gymnasium.vector import VectorEnv
 
 from rlpar.agent import Agent
 from rlpar.nn import Net
-from rlpar.runtime.envs import ActionAdapter, env_seeds
+from rlpar.runtime.envs import ActionAdapter, env_seeds, storage_dtype
 from rlpar.runtime.rollout import Rollout
 from rlpar.snapshot import SnapshotStore
 
@@ -85,7 +85,7 @@ class Actor:
                     unroll_length,
                     self.num_envs,
                     obs_space.shape,
-                    obs_space.dtype,
+                    storage_dtype(obs_space),
                     self.actions.shape,
                     self.actions.dtype,
                     net.output_size,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 
 import gymnasium as gym
 import numpy as np
@@ -27,9 +28,27 @@ def env_seeds(envs: VectorEnv, seed: int, actor: int, generation: int = 0) -> in
     return draw(1 << 30)
 
 
+def run_setup(setup: str | None) -> None:
+    """Import "module" or call "module:function" (what `EnvConfig.setup` names)."""
+    if not setup:
+        return
+    module_name, _, function = setup.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"env.setup: cannot import {module_name!r} ({e})") from e
+    if function:
+        fn = getattr(module, function, None)
+        if not callable(fn):
+            raise ValueError(f"env.setup: {module_name!r} has no function {function!r}")
+        fn()
+
+
 def make_actor_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
     """A vector env of ``num_envs`` copies of ``cfg.id`` (the env's own vectorized version when
     it has one, else synchronous), with gymnasium's default NEXT_STEP autoreset."""
+    if cfg.id not in gym.registry:
+        run_setup(cfg.setup)
     if cfg.id not in gym.registry:
         close = difflib.get_close_matches(cfg.id, list(gym.registry), n=3)
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
@@ -43,6 +62,18 @@ def make_actor_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
             "(gymnasium's default), where the step after an episode's end is the reset step"
         )
     return envs
+
+
+def storage_dtype(space: gym.Space) -> np.dtype:
+    """How observations are stored and fed to the net: float32 for real-valued boxes, uint8 for
+    byte and boolean frames (MinAtar's channels are bool)."""
+    if not isinstance(space, gym.spaces.Box):
+        raise ValueError(f"unsupported observation space {space}: expected a Box")
+    if np.issubdtype(space.dtype, np.floating):
+        return np.dtype(np.float32)
+    if space.dtype in (np.uint8, np.bool_):
+        return np.dtype(np.uint8)
+    raise ValueError(f"unsupported observation dtype {space.dtype}: expected float, uint8 or bool")
 
 
 class ActionAdapter:
