@@ -66,6 +66,10 @@ void col2im_add(float* dx, const float* col, int64_t samples, const ConvShape& s
   }
 }
 
+// Below this many rows, row-by-row GEMV beats the blocked GEMM (measured: batch 2-8
+// took 0.7-1.1 us through GEMM against 0.25 us at batch 1, which Eigen routes to GEMV).
+constexpr int64_t kSmallBatch = 8;
+
 }  // namespace
 
 void linear_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
@@ -73,7 +77,13 @@ void linear_forward(float* y, const float* x, const float* w, const float* b, in
   MatMap Y(y, batch, out);
   ConstMatMap X(x, batch, in);
   ConstMatMap W(w, in, out);
-  Y.noalias() = X * W;
+  if (batch <= kSmallBatch) {
+    // Eigen's blocked GEMM has ~450 ns of fixed cost, more than the work for a few rows: one
+    // vector-matrix product (GEMV) per row instead.
+    for (int64_t r = 0; r < batch; ++r) Y.row(r).noalias() = X.row(r) * W;
+  } else {
+    Y.noalias() = X * W;
+  }
   Y.rowwise() += ConstRowVec(b, out);
 }
 

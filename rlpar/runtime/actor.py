@@ -139,7 +139,7 @@ class Actor:
                 t0 = clock()
                 r.obs[t] = self.obs
                 out = r.behaviour[t]
-                net.forward(snap, r.obs[t], out=out)
+                net.forward(snap, r.obs[t], out)  # positional: keywords cost ~0.4 us
                 a = agent.act(net, out, rng)
                 r.actions[t] = a
                 t1 = clock()
