@@ -102,6 +102,14 @@ def sample_actions(layout: PolicyLayout, out: np.ndarray, rng: np.random.Generat
     return (out[:, b : b + n] + std * rng.standard_normal((out.shape[0], n))).astype(np.float32)
 
 
+def greedy_actions(layout: PolicyLayout, out: np.ndarray) -> np.ndarray:
+    """Categorical: argmax of the logits -> int64 [K]. Gaussian: the mean -> float32 [K, A]."""
+    b, n = layout.begin, layout.num_actions
+    if layout.kind == "categorical":
+        return np.argmax(out[:, b : b + n], axis=1)
+    return out[:, b : b + n].astype(np.float32)
+
+
 @dataclass(frozen=True)
 class OptimConfig:
     """The learner's optimizer."""

@@ -25,6 +25,7 @@ from .common import (
     PolicyLayout,
     actor_critic_spec,
     actor_critic_step,
+    greedy_actions,
     sample_actions,
 )
 
@@ -78,6 +79,9 @@ class Impala(rlpar.Agent):
 
     def act(self, net: rlpar.Net, out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return sample_actions(self.layout, out, rng)
+
+    def greedy(self, net: rlpar.Net, out: np.ndarray) -> np.ndarray:
+        return greedy_actions(self.layout, out)
 
     def learn(self, net: rlpar.Net, state: rlpar.LearnerState, batch: rlpar.Batch) -> dict:
         c = self.config

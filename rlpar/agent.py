@@ -84,3 +84,12 @@ class Agent(abc.ABC):
     @abc.abstractmethod
     def learn(self, net: Net, state: LearnerState, batch: Batch) -> dict[str, float]:
         """One learner step on ``batch``; updates ``state`` in place; returns scalar metrics."""
+
+    def greedy(self, net: Net, out: np.ndarray) -> np.ndarray:
+        """The policy's most likely actions for outputs ``out`` float32 [K, output_size], in
+        `act`'s format (e.g. the argmax of the logits, a Gaussian's mean): for evaluation.
+
+        Optional, and called after `init_state`. The default raises NotImplementedError, and
+        ``rlpar eval`` then samples with `act`, saying so.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no greedy policy")

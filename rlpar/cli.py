@@ -7,12 +7,17 @@ lists every subcommand in one place::
     rlpar bench net [--json] [--quick]        native net vs numpy and torch, threads, train step
     rlpar bench snapshot [--json] [--quick]   snapshot store: pin/unpin, publish vs memcpy
     rlpar bench gil [--json] [--quick]        from which batch releasing the GIL pays off
+    rlpar train CONFIG.toml [--set K=V ...]   train an experiment; TensorBoard, checkpoints
+    rlpar eval CHECKPOINT [--episodes N]      play episodes with a checkpoint's policy
+    rlpar agents [--json]                     registered agents and their config keys
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import sys
 from collections.abc import Callable
 
 from rlpar import bench
@@ -38,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", title="commands"
     )
+    _add_train(commands)
+    _add_eval(commands)
+    _add_agents(commands)
     _add_bench(commands)
     return parser
 
@@ -122,3 +130,205 @@ def _run_bench_gil(args: argparse.Namespace) -> int:
 def _report(result: dict, table: Callable[[dict], str], as_json: bool) -> int:
     print(json.dumps(result) if as_json else table(result))
     return 0
+
+
+# ------------------------------------------------------------------------- train, eval, agents
+
+_OK_STOPS = {"total_env_steps", "target_return", "max_wall_s", "stop"}
+_SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
+
+
+def _add_train(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "train",
+        help="train an experiment (TOML file): TensorBoard logs, checkpoints, summary",
+        description="Train the experiment in CONFIG.toml. The run gets its own directory "
+        "<logdir>/<name>/<timestamp>/ holding the resolved config (config.toml), TensorBoard "
+        "event files (watch with `tensorboard --logdir runs`), checkpoints/ and summary.json. "
+        "Progress goes to stderr: a live bar on a terminal, a log line every few seconds "
+        "otherwise. Exit status: 0 when the run ends by its step budget, target return or "
+        "wall-clock limit; 1 when it fails; 2 for a bad command line or config; 130/143 when "
+        "stopped by SIGINT/SIGTERM (after a final checkpoint).",
+        epilog="example: rlpar train experiments/cartpole_impala.toml "
+        "--set runtime.total_env_steps=200000 --set agent.optim.lr=0.001",
+    )
+    p.add_argument("config", metavar="CONFIG.toml", help="the experiment file")
+    _set_option(p)
+    p.add_argument(
+        "--logdir",
+        metavar="DIR",
+        help="put the run directory under DIR instead of log.logdir (default: runs)",
+    )
+    p.add_argument(
+        "--resume",
+        metavar="CHECKPOINT",
+        help="continue from this checkpoint (parameters, optimizer, counters, RNG states)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary (summary.json) as one JSON object on the last line of stdout",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
+    p.set_defaults(run=_run_train)
+
+
+def _set_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override one config key (repeatable), e.g. runtime.seed=3, agent.optim.lr=1e-3, "
+        "agent.net.hidden=[32,32], runtime.max_policy_lag=none. VALUE is read as a TOML value "
+        "(else as a string) and checked like the file's",
+    )
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from rlpar.checkpoint import CheckpointError
+    from rlpar.config import ConfigError
+    from rlpar.experiment import load_experiment
+    from rlpar.train import Training
+
+    _setup_logging(args.quiet)
+    try:
+        exp = load_experiment(args.config, args.overrides)
+        if args.logdir is not None:
+            exp = dataclasses.replace(exp, log=dataclasses.replace(exp.log, logdir=args.logdir))
+        training = Training(exp, resume=args.resume)
+    except CheckpointError as e:
+        return _error("train", e, 1)
+    except (ConfigError, ValueError) as e:
+        return _error("train", e, 2)
+    except OSError as e:
+        return _error("train", e, 1)
+    try:
+        summary = training.run(quiet=args.quiet)
+    except Exception:
+        logging.getLogger("rlpar").exception("rlpar train: the run failed")
+        return 1
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(_train_text(summary))
+    return 0 if summary["stopped_by"] in _OK_STOPS else _SIGNAL_EXIT.get(summary["stopped_by"], 1)
+
+
+def _train_text(s: dict) -> str:
+    ret = (
+        "no episode finished" if s["mean_return"] is None else f"mean return {s['mean_return']:.1f}"
+    )
+    target = ""
+    if s["time_to_target_s"] is not None:
+        target = f"; target {s['target_return']} reached after {s['time_to_target_s']:.1f} s"
+    lines = [
+        f"{ret} after {s['env_steps']:,} env steps, {s['learner_steps']:,} learner steps, "
+        f"{s['episodes']:,} episodes in {s['wall_s']:.1f} s (stopped by {s['stopped_by']}){target}",
+        f"run directory: {s['run_dir']}",
+    ]
+    if s.get("checkpoint"):
+        lines.append(f"checkpoint:    {s['checkpoint']}")
+    return "\n".join(lines)
+
+
+def _add_eval(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "eval",
+        help="play episodes with a checkpoint's policy; print mean ± std of the return",
+        description="Rebuild the env, agent and net from the config inside CHECKPOINT, load "
+        "its parameters and play N whole episodes; print the mean ± std of the return. "
+        "CHECKPOINT is a .rlpar file, or a run directory (its newest checkpoint). A missing, "
+        "damaged or mismatched checkpoint is an error (exit status 1).",
+        epilog="example: rlpar eval runs/cartpole_impala/<timestamp>/checkpoints/"
+        "ckpt-000000001234.rlpar --episodes 20",
+    )
+    p.add_argument(
+        "checkpoint", metavar="CHECKPOINT", help="a .rlpar checkpoint file or a run directory"
+    )
+    p.add_argument(
+        "--episodes", type=int, default=10, metavar="N", help="episodes to play (default: 10)"
+    )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--greedy",
+        dest="greedy",
+        action="store_true",
+        default=True,
+        help="the policy's most likely action (default; agents without one sample, with a warning)",
+    )
+    mode.add_argument(
+        "--sample", dest="greedy", action="store_false", help="sample actions from the policy"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seeds the envs and the sampler")
+    _set_option(p)
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object on the last line of stdout"
+    )
+    p.set_defaults(run=_run_eval)
+
+
+def _run_eval(args: argparse.Namespace) -> int:
+    from rlpar.evaluate import evaluate
+
+    _setup_logging(quiet=False)
+    if args.episodes < 1:
+        return _error("eval", f"--episodes: expected an integer >= 1, got {args.episodes}", 2)
+    try:
+        result = evaluate(
+            args.checkpoint, args.episodes, args.greedy, args.overrides, seed=args.seed
+        )
+    except (ValueError, OSError) as e:
+        return _error("eval", e, 1)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(
+            f"mean return {result.mean_return:.2f} ± {result.std_return:.2f} over "
+            f"{result.episodes} episodes (min {result.min_return:g}, max {result.max_return:g}, "
+            f"mean length {result.mean_length:.1f}); {result.policy} policy of {result.agent} "
+            f"on {result.env}, trained for {result.trained_env_steps:,} env steps"
+        )
+    return 0
+
+
+def _add_agents(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "agents",
+        help="list the registered agents and their config keys",
+        description="Every registered agent (built-in, entry point or register_agent) with "
+        "where it comes from and each key of its [agent] table: type, default and meaning.",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object on the last line of stdout"
+    )
+    p.set_defaults(run=_run_agents)
+
+
+def _run_agents(args: argparse.Namespace) -> int:
+    from rlpar.reference import agent_reference, format_agents
+
+    agents = agent_reference()
+    print(json.dumps(agents) if args.json else format_agents(agents))
+    return 0
+
+
+def _error(command: str, error: object, status: int) -> int:
+    print(f"rlpar {command}: error: {error}", file=sys.stderr)
+    return status
+
+
+def _setup_logging(quiet: bool) -> None:
+    """rlpar's messages to stderr (warnings and errors only when ``quiet``)."""
+    logger = logging.getLogger("rlpar")
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    logger.propagate = False
+    for handler in [h for h in logger.handlers if getattr(h, "_rlpar_cli", False)]:
+        logger.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+    handler._rlpar_cli = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)

@@ -33,6 +33,8 @@ class LearnerStats:
     learn_s: float = 0.0
     publish_s: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)
+    last_actions: np.ndarray | None = None
+    """The valid actions of the last batch, [M] or [M, A] (for the monitor's histogram)."""
 
 
 class VersionClock:
@@ -117,6 +119,7 @@ class Learner:
         s.lag_mean = float(np.mean(batch.policy_lag))
         s.lag_max = int(np.max(batch.policy_lag))
         s.metrics = metrics
+        s.last_actions = batch.actions[batch.mask]
         return metrics
 
     def _gather(self, stop: threading.Event, in_queue: queue.Queue[Rollout]) -> list | None:

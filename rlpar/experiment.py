@@ -1,0 +1,299 @@
+"""Experiment files: one TOML file says which env, which agent with which hyper-parameters, how
+the runtime runs and where the run's files go::
+
+    name = "cartpole_impala"   # runs go to <log.logdir>/<name>/<timestamp>/
+    [env]                      # EnvConfig
+    [agent]                    # name = "impala" and that agent's config keys;
+    [agent.optim]              #   its nested tables ([agent.optim], [agent.net])
+    [runtime]                  # RuntimeConfig
+    [log]                      # LogConfig
+
+`load_experiment(path, overrides)` reads a file, applies ``--set`` overrides
+(``"runtime.seed=3"``: the value is read as a TOML value, else taken as a string) and checks
+every key against the typed dataclasses: an unknown key is an error naming it with a "did you
+mean", a wrong type or range names the key, what was expected and the value given. TOML has no
+null, so an optional key is unset with the string ``"none"``. `Experiment.to_dict` is the
+resolved config (every default filled in); `to_toml` writes it as a file that loads back to
+the same experiment.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import json
+import math
+import re
+import sys
+import types
+import typing
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlpar.agent import Agent
+from rlpar.config import ConfigError, EnvConfig, RuntimeConfig, from_dict, to_dict
+from rlpar.registry import registered_agents
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, from PyPI
+    import tomli as tomllib
+
+__all__ = [
+    "Experiment",
+    "LogConfig",
+    "apply_overrides",
+    "experiment_from_dict",
+    "load_experiment",
+    "parse_override",
+    "to_toml",
+]
+
+SECTIONS = ("name", "env", "agent", "runtime", "log")
+NONE = "none"
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Where a run's files go and how often it reports."""
+
+    logdir: str = "runs"
+    """Runs go to `<logdir>/<name>/<timestamp>/` (the `--logdir` option overrides this)."""
+    scalar_points: int = 1000
+    """Write the TensorBoard scalars about this many times over `runtime.total_env_steps`
+    (every total / scalar_points env steps), so even a run of seconds draws a detailed curve."""
+    scalar_interval_s: float = 10.0
+    """Also write them when this many seconds have passed since the last time, so a slow run
+    still updates live."""
+    log_interval_s: float = 5.0
+    """Off a TTY, log one progress line this often (seconds)."""
+    histogram_interval: int = 1000
+    """Learner steps between histograms of the parameters and of the actions (0: none)."""
+    keep_checkpoints: int = 3
+    """How many of the newest checkpoints the run keeps in its `checkpoints/` folder."""
+
+    def __post_init__(self) -> None:
+        if not self.logdir:
+            raise ConfigError(f"logdir: expected a directory, got {self.logdir!r}")
+        for key in ("scalar_interval_s", "log_interval_s"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"{key}: expected a number > 0, got {getattr(self, key)!r}")
+        if self.scalar_points < 1:
+            raise ConfigError(f"scalar_points: expected an integer >= 1, got {self.scalar_points}")
+        if self.histogram_interval < 0:
+            raise ConfigError(
+                f"histogram_interval: expected an integer >= 0, got {self.histogram_interval}"
+            )
+        if self.keep_checkpoints < 1:
+            raise ConfigError(
+                f"keep_checkpoints: expected an integer >= 1, got {self.keep_checkpoints}"
+            )
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A whole run's configuration, validated: what an experiment file resolves to."""
+
+    name: str
+    env: EnvConfig
+    agent_name: str
+    agent: Any
+    """An instance of the registered agent's config dataclass."""
+    runtime: RuntimeConfig
+    log: LogConfig
+
+    def make_agent(self) -> Agent:
+        return registered_agents()[self.agent_name].factory(self.agent)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as plain data (what run directories and checkpoints keep)."""
+        return {
+            "name": self.name,
+            "env": to_dict(self.env),
+            "agent": {"name": self.agent_name, **to_dict(self.agent)},
+            "runtime": to_dict(self.runtime),
+            "log": to_dict(self.log),
+        }
+
+
+def load_experiment(path: str | Path, overrides: Iterable[str] = ()) -> Experiment:
+    """Read the experiment file ``path``, apply ``--set`` overrides, validate.
+
+    Raises `ConfigError` (a message naming the file and the key) for anything wrong, including
+    a TOML syntax error or a missing file.
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such experiment file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    try:
+        return experiment_from_dict(apply_overrides(data, overrides), default_name=path.stem)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def experiment_from_dict(data: dict[str, Any], default_name: str = "experiment") -> Experiment:
+    """Validate plain data (a parsed experiment file, or a checkpoint's config)."""
+    _check_keys(data, SECTIONS, "")
+    name = data.get("name", default_name)
+    if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name):
+        raise ConfigError(
+            f"name: expected a name usable as a folder (letters, digits, '.', '_', '-'), "
+            f"got {name!r}"
+        )
+    agent_table = dict(_table(data, "agent"))
+    agent_name = agent_table.pop("name", None)
+    agents = registered_agents()
+    if agent_name not in agents:
+        if agent_name is None:
+            raise ConfigError(f"agent.name: required; registered agents: {', '.join(agents)}")
+        close = difflib.get_close_matches(str(agent_name), list(agents), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(
+            f"agent.name: unknown agent {agent_name!r}{hint}; registered agents: "
+            f"{', '.join(agents)}"
+        )
+    agent_cls = agents[agent_name].config
+    return Experiment(
+        name=name,
+        env=_section(EnvConfig, data, "env"),
+        agent_name=agent_name,
+        agent=from_dict(agent_cls, _nones(agent_cls, agent_table), prefix="agent."),
+        runtime=_section(RuntimeConfig, data, "runtime"),
+        log=_section(LogConfig, data, "log"),
+    )
+
+
+def _section(cls: type, data: dict[str, Any], key: str) -> Any:
+    return from_dict(cls, _nones(cls, _table(data, key)), prefix=f"{key}.")
+
+
+def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a table ([{key}]), got {value!r}")
+    return value
+
+
+def _check_keys(data: dict[str, Any], names: Iterable[str], prefix: str) -> None:
+    names = list(names)
+    for key in data:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+            raise ConfigError(f"unknown key '{prefix}{key}'{hint}; valid keys: {', '.join(names)}")
+
+
+def _accepts_none(tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    return origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
+
+
+def _nones(cls: type, table: dict[str, Any]) -> dict[str, Any]:
+    """``table`` with ``"none"`` replaced by None where ``cls``'s field is optional (TOML has no
+    null), recursively into nested config tables."""
+    hints = typing.get_type_hints(cls)
+    out = dict(table)
+    for key, value in table.items():
+        tp = hints.get(key)
+        if tp is None:
+            continue
+        if value == NONE and _accepts_none(tp):
+            out[key] = None
+        elif isinstance(value, dict) and dataclasses.is_dataclass(tp):
+            out[key] = _nones(tp, value)
+    return out
+
+
+# --------------------------------------------------------------------------------- overrides
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"section.key=value"`` -> (``["section", "key"]``, value).
+
+    The value is read as a TOML value (``3``, ``0.5``, ``true``, ``[64, 64]``, ``"x"``); what
+    TOML cannot read is taken as a string (``CartPole-v1``, ``none``).
+    """
+    key, sep, raw = text.partition("=")
+    path = key.strip().split(".")
+    if not sep or not all(re.fullmatch(r"[A-Za-z0-9_-]+", p) for p in path):
+        raise ConfigError(f"--set {text!r}: expected section.key=value, e.g. runtime.seed=3")
+    raw = raw.strip()
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return path, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """A copy of ``data`` with each ``section.key=value`` override set (keys are checked later,
+    by `experiment_from_dict`)."""
+    out = copy.deepcopy(data)
+    for text in overrides:
+        path, value = parse_override(text)
+        table = out
+        for i, part in enumerate(path[:-1]):
+            table = table.setdefault(part, {})
+            if not isinstance(table, dict):
+                inner = ".".join(path[: i + 1])
+                raise ConfigError(f"--set {text!r}: '{inner}' is a value, not a table")
+        table[path[-1]] = value
+    return out
+
+
+# ------------------------------------------------------------------------------ TOML writing
+
+
+def to_toml(data: dict[str, Any]) -> str:
+    """A TOML document for plain config data (None is written as ``"none"``)."""
+    lines: list[str] = []
+    _emit(lines, data, [])
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _emit(lines: list[str], table: dict[str, Any], path: list[str]) -> None:
+    values = {k: v for k, v in table.items() if not (isinstance(v, dict) and v)}
+    tables = {k: v for k, v in table.items() if isinstance(v, dict) and v}
+    if path and (values or not tables):
+        lines += ["", f"[{'.'.join(_toml_key(p) for p in path)}]"]
+    lines += [f"{_toml_key(k)} = {toml_value(v)}" for k, v in values.items()]
+    for key, sub in tables.items():
+        _emit(lines, sub, [*path, key])
+
+
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else toml_value(key)
+
+
+def toml_value(value: Any) -> str:
+    """One value as a TOML literal (None as ``"none"``)."""
+    if value is None:
+        return f'"{NONE}"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"{value:_}" if abs(value) >= 10_000 else str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        items = ", ".join(f"{_toml_key(str(k))} = {toml_value(v)}" for k, v in value.items())
+        return "{ " + items + " }" if items else "{}"
+    raise TypeError(f"cannot write {value!r} ({type(value).__name__}) as TOML")

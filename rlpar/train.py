@@ -1,0 +1,134 @@
+"""``rlpar train``: one run of an experiment, in a run directory of its own::
+
+    <log.logdir>/<name>/<timestamp>/
+        config.toml      the resolved config (every default filled in; trains again as is)
+        events.out.tfevents.*   TensorBoard curves, histograms, config text, hparams
+        checkpoints/     ckpt-<learner steps>.rlpar, the newest `log.keep_checkpoints`
+        summary.json     how it ended (what ``rlpar train --json`` prints)
+
+::
+
+    training = Training(load_experiment("experiments/cartpole_impala.toml"))
+    summary = training.run()          # progress on stderr: a bar on a terminal, else log lines
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from rlpar.experiment import Experiment, to_toml
+from rlpar.monitor import TensorBoardMonitor
+from rlpar.progress import make_display
+from rlpar.runtime import Progress, Runner
+
+__all__ = ["Training", "load_env_plugins", "make_run_dir"]
+
+log = logging.getLogger("rlpar")
+
+# How often the runner reports progress; the monitor and the display decide what to do with it
+# (taking a Progress costs tens of microseconds of the main thread).
+PROGRESS_INTERVAL_S = 0.02
+
+
+def load_env_plugins() -> None:
+    """Register rlpar's own environments (``rlpar/CartPole-v1``, ...) when they are installed."""
+    try:
+        importlib.import_module("rlpar.envs")
+    except ModuleNotFoundError as e:
+        if e.name != "rlpar.envs":
+            raise
+
+
+def make_run_dir(root: Path) -> Path:
+    """A new folder ``root/<timestamp>`` (``-1``, ``-2``, ... if runs start in one second)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for i in itertools.count():
+        path = root / (stamp if i == 0 else f"{stamp}-{i}")
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable")
+
+
+class Training:
+    """Build everything a run needs (errors in the config, env, agent or the checkpoint to
+    resume from surface here, and leave no run directory behind), then `run` once."""
+
+    def __init__(self, experiment: Experiment, resume: str | Path | None = None) -> None:
+        self.experiment = experiment
+        self.config = experiment.to_dict()
+        load_env_plugins()
+        agent = experiment.make_agent()
+        self.run_dir = make_run_dir(Path(experiment.log.logdir) / experiment.name)
+        try:
+            self.runner = Runner(
+                agent,
+                experiment.env,
+                experiment.runtime,
+                checkpoint_dir=self.run_dir / "checkpoints",
+                resume=resume,
+                config=self.config,
+                keep_checkpoints=experiment.log.keep_checkpoints,
+            )
+        except BaseException:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            raise
+        resumed = f"\n# resumed from {Path(resume).resolve()}" if resume is not None else ""
+        (self.run_dir / "config.toml").write_text(
+            f"# The resolved config of this run: `rlpar train config.toml` repeats it.{resumed}\n"
+            + to_toml(self.config),
+            encoding="utf-8",
+        )
+
+    def run(self, quiet: bool = False, stream: TextIO | None = None) -> dict[str, Any]:
+        """Train until a stop condition; write ``summary.json``; return the summary."""
+        exp, runner = self.experiment, self.runner
+        display = make_display(
+            exp.runtime.total_env_steps, quiet, exp.log.log_interval_s, stream, runner.env_steps()
+        )
+        monitor = TensorBoardMonitor(
+            self.run_dir,
+            runner,
+            self.config,
+            max(1, exp.runtime.total_env_steps // exp.log.scalar_points),
+            exp.log.scalar_interval_s,
+            exp.log.histogram_interval,
+        )
+
+        def on_progress(p: Progress) -> None:
+            monitor.update(p)
+            display.update(p)
+
+        try:
+            monitor.start()
+            try:
+                with display.redirect_logging():
+                    log.info("run directory: %s", self.run_dir)
+                    result = runner.run(
+                        on_progress=on_progress,
+                        progress_interval_s=PROGRESS_INTERVAL_S,
+                    )
+            finally:
+                display.close()
+            monitor.finish(result)
+        finally:
+            monitor.close()
+        summary = {
+            "name": exp.name,
+            **result.to_dict(),
+            "target_return": exp.runtime.target_return,
+            "run_dir": str(self.run_dir.resolve()),
+        }
+        if result.checkpoint is not None:
+            summary["checkpoint"] = str(Path(result.checkpoint).resolve())
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary

@@ -1,0 +1,236 @@
+"""Experiment files: loading, validation messages, ``--set`` overrides, TOML round trips, and the
+README's generated reference staying in sync with the code."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+import rlpar
+from rlpar.experiment import (
+    LogConfig,
+    apply_overrides,
+    experiment_from_dict,
+    load_experiment,
+    parse_override,
+    to_toml,
+    tomllib,  # the stdlib's, or tomli before Python 3.11
+)
+from rlpar.reference import (
+    agent_reference,
+    config_reference,
+    describe,
+    flat_keys,
+    format_agents,
+    render_readme,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+IMPALA = ROOT / "experiments" / "cartpole_impala.toml"
+
+
+def write(tmp_path: Path, text: str, name: str = "exp.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_the_cartpole_experiment_loads_with_every_default_filled_in() -> None:
+    exp = load_experiment(IMPALA)
+    assert exp.name == "cartpole_impala"
+    assert exp.env.id == "CartPole-v1"
+    assert exp.agent_name == "impala"
+    assert exp.agent.optim.lr == 0.003 and exp.agent.optim.name == "adam"
+    assert exp.agent.net.hidden == (64, 64)
+    assert exp.runtime.target_return == 475.0
+    assert exp.log == LogConfig()
+    resolved = exp.to_dict()
+    assert set(resolved) == {"name", "env", "agent", "runtime", "log"}
+    assert resolved["agent"]["name"] == "impala"
+    assert resolved["runtime"]["max_policy_lag"] is None
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "experiments").glob("*.toml")), ids=str)
+def test_every_shipped_experiment_loads_and_round_trips(path: Path, tmp_path: Path) -> None:
+    exp = load_experiment(path)
+    again = load_experiment(write(tmp_path, to_toml(exp.to_dict())))
+    assert again == exp
+
+
+def test_the_resolved_toml_keeps_none_and_non_defaults(tmp_path: Path) -> None:
+    exp = load_experiment(
+        IMPALA,
+        [
+            "runtime.checkpoint_interval_s=none",
+            "runtime.max_policy_lag=3",
+            "env.kwargs.max_episode_steps=100",
+        ],
+    )
+    text = to_toml(exp.to_dict())
+    assert 'checkpoint_interval_s = "none"' in text
+    again = load_experiment(write(tmp_path, text))
+    assert again.runtime.checkpoint_interval_s is None
+    assert again.runtime.max_policy_lag == 3
+    assert again.env.kwargs == {"max_episode_steps": 100}
+    assert again == exp
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("runtme = {}", r"unknown key 'runtme' \(did you mean 'runtime'\?\)"),
+        ("[runtime]\nnum_actorz = 2", r"unknown key 'runtime.num_actorz' .*'runtime.num_actors'"),
+        ("[log]\nlogdri = 'x'", r"unknown key 'log.logdri' \(did you mean 'log.logdir'\?\)"),
+        ("[agent]\nname = 'impala'\nentropy_cots = 0.1", r"'agent.entropy_cots'.*entropy_cost"),
+        (
+            "[agent]\nname = 'impala'\n[agent.optim]\nlrr = 1",
+            r"'agent.optim.lrr'.*'agent.optim.lr'",
+        ),
+        ("[agent]\nname = 'impalla'", r"agent.name: unknown agent 'impalla' .*'impala'"),
+        ("[agent]\ngamma = 0.9", r"agent.name: required; registered agents: .*impala"),
+        ("[runtime]\nnum_actors = 'two'", r"runtime.num_actors: expected an integer, got 'two'"),
+        ("[runtime]\nnum_actors = 0", r"runtime.num_actors: expected an integer >= 1, got 0"),
+        ("[runtime]\nseed = 'none'", r"runtime.seed: expected an integer, got 'none'"),
+        ("[runtime]\ntarget_return = true", r"runtime.target_return: expected float \| None"),
+        ("[agent]\nname = 'impala'\ngamma = 1.5", r"agent.gamma: expected a number in \[0, 1\]"),
+        ("[agent]\nname='a3c'\n[agent.net]\nactivation='gelu'", r"agent.net.activation: .*'gelu'"),
+        ("[log]\nscalar_interval_s = 0", r"log.scalar_interval_s: expected a number > 0, got 0"),
+        ("[log]\nhistogram_interval = -1", r"log.histogram_interval: .*>= 0, got -1"),
+        ("env = 3", r"env: expected a table \(\[env\]\), got 3"),
+        ("name = '../x'", r"name: expected a name usable as a folder"),
+        ("[runtime\n", r"not valid TOML"),
+    ],
+)
+def test_bad_files_name_the_key_the_expectation_and_the_value(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    if "[agent]" not in text:
+        text += "\n[agent]\nname = 'impala'\n"
+    path = write(tmp_path, text)
+    with pytest.raises(rlpar.ConfigError, match=message) as info:
+        load_experiment(path)
+    assert str(info.value).startswith(str(path))
+
+
+def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(rlpar.ConfigError, match="no such experiment file"):
+        load_experiment(tmp_path / "nope.toml")
+
+
+def test_the_name_defaults_to_the_file_name(tmp_path: Path) -> None:
+    assert load_experiment(write(tmp_path, "[agent]\nname = 'a3c'\n", "my_run.toml")).name == (
+        "my_run"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "value"),
+    [
+        ("runtime.seed=3", ["runtime", "seed"], 3),
+        ("agent.optim.lr=1e-3", ["agent", "optim", "lr"], 0.001),
+        ("runtime.deterministic=true", ["runtime", "deterministic"], True),
+        ("agent.net.hidden=[32, 32]", ["agent", "net", "hidden"], [32, 32]),
+        ("env.id=CartPole-v1", ["env", "id"], "CartPole-v1"),
+        ('env.id="rlpar/CartPole-v1"', ["env", "id"], "rlpar/CartPole-v1"),
+        ("runtime.max_wall_s=none", ["runtime", "max_wall_s"], "none"),
+        ("name = spaced ", ["name"], "spaced"),
+        ("log.logdir=", ["log", "logdir"], ""),
+    ],
+)
+def test_override_values_are_read_as_toml_else_as_strings(text, path, value) -> None:
+    assert parse_override(text) == (path, value)
+
+
+@pytest.mark.parametrize("text", ["runtime.seed", "=3", "runtime..seed=3", "run time.seed=1"])
+def test_malformed_overrides_are_errors(text: str) -> None:
+    with pytest.raises(rlpar.ConfigError, match=r"expected section\.key=value"):
+        parse_override(text)
+
+
+def test_overrides_are_checked_like_the_file() -> None:
+    exp = load_experiment(
+        IMPALA,
+        ["runtime.seed=7", "agent.optim.lr=0.01", "agent.net.hidden=[16]", "runtime.max_wall_s=9"],
+    )
+    assert exp.runtime.seed == 7 and exp.agent.optim.lr == 0.01
+    assert exp.agent.net.hidden == (16,) and exp.runtime.max_wall_s == 9.0
+    with pytest.raises(rlpar.ConfigError, match=r"'runtime.sede' \(did you mean 'runtime.seed'"):
+        load_experiment(IMPALA, ["runtime.sede=1"])
+    with pytest.raises(rlpar.ConfigError, match=r"runtime.seed: expected an integer, got 1.5"):
+        load_experiment(IMPALA, ["runtime.seed=1.5"])
+    with pytest.raises(rlpar.ConfigError, match=r"'runtime.seed' is a value, not a table"):
+        load_experiment(IMPALA, ["runtime.seed.x=1"])
+    with pytest.raises(rlpar.ConfigError, match=r"unknown key 'agent.entropy_cost' .*entropy_coef"):
+        load_experiment(IMPALA, ["agent.name=a3c"])  # the file's IMPALA key is not A3C's
+
+
+def test_apply_overrides_does_not_touch_its_input() -> None:
+    data = {"runtime": {"seed": 1}}
+    assert apply_overrides(data, ["runtime.seed=2"]) == {"runtime": {"seed": 2}}
+    assert data == {"runtime": {"seed": 1}}
+
+
+def test_a_checkpoint_config_with_json_lists_validates() -> None:
+    exp = load_experiment(IMPALA)
+    data = exp.to_dict()
+    data["agent"]["net"]["conv"] = [[16, 3, 1]]  # JSON has no tuples
+    assert experiment_from_dict(data) == exp
+
+
+def test_to_toml_round_trips_plain_data() -> None:
+    data = {
+        "name": "x",
+        "a": {"s": 'q"uote\\ \n tab\t é 😀', "i": 123_456, "f": 1e-5, "neg": -2.5, "b": False},
+        "b": {"lst": [[1, 2], [3]], "empty": {}, "nested": {"deep": {"k": "v"}}},
+        "c": {"inf": math.inf, "odd key": 1, "inline": [{"x": 1}]},
+    }
+    back = tomllib.loads(to_toml(data))
+    assert back == data
+    assert math.isnan(tomllib.loads(to_toml({"x": math.nan}))["x"])
+    assert tomllib.loads(to_toml({"t": {"x": None}})) == {"t": {"x": "none"}}
+    with pytest.raises(TypeError, match="cannot write"):
+        to_toml({"x": object()})
+
+
+def test_every_config_key_has_a_docstring() -> None:
+    classes = [rlpar.EnvConfig, rlpar.RuntimeConfig, LogConfig]
+    classes += [entry.config for entry in rlpar.registered_agents().values()]
+    for cls in classes:
+        for key in flat_keys(cls):
+            assert key.doc, f"{cls.__name__}.{key.name} has no docstring (the README needs one)"
+
+
+def test_describe_reports_types_and_defaults() -> None:
+    rows = {r.name: r for r in describe(rlpar.RuntimeConfig)}
+    assert rows["num_actors"].type == "int" and rows["num_actors"].default == 2
+    assert rows["max_policy_lag"].type == "int or none"
+    assert rows["target_return"].type == "float or none"
+    net = {r.name: r for r in flat_keys(rlpar.registered_agents()["impala"].config)}
+    assert net["net.hidden"].type == "list of int"
+    assert net["net.conv"].type == "list of [int, int, int]"
+
+
+def test_the_readme_reference_sections_match_the_code() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert render_readme(readme) == readme, (
+        "README's generated sections are stale: run `python -P -m rlpar.reference README.md`"
+    )
+    reference = config_reference()
+    for cls in (rlpar.EnvConfig, rlpar.RuntimeConfig, LogConfig):
+        for f in dataclasses.fields(cls):
+            assert f"| `{f.name}` |" in reference
+
+
+def test_agent_reference_lists_every_key_with_default() -> None:
+    agents = agent_reference()
+    assert {"impala", "a3c"} <= set(agents)
+    impala = agents["impala"]
+    assert impala["source"] == "built-in"
+    assert impala["keys"]["optim.lr"]["default"] == 0.001
+    assert impala["keys"]["net.hidden"]["default"] == [64, 64]
+    text = format_agents(agents)
+    assert "impala  (built-in: rlpar.agents.impala.Impala)" in text
+    assert "optim.lr" in text and "Learning rate." in text
