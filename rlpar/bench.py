@@ -16,6 +16,7 @@ torch is optional: its entries appear only when ``import torch`` works. It runs 
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import threading
 import time
@@ -105,6 +106,36 @@ def _single_threaded(torch) -> Iterator[dict[str, int]]:
 
 
 # ------------------------------------------------------------------------------------ timing
+
+
+class BackgroundLoad:
+    """CPU cores that *other* processes kept busy while a benchmark ran (Linux; else None).
+
+    On a small shared machine a burst of someone else's work takes a core from 2-thread runs and
+    spoils their ratios; this says whether a result can be trusted (~0 is a clean run).
+    """
+
+    def __enter__(self) -> BackgroundLoad:
+        self.cores: float | None = None
+        self._start = self._sample()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end = self._sample()
+        if self._start and end:
+            (busy0, own0, t0), (busy1, own1, t1) = self._start, end
+            self.cores = _sig(max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0), 2)
+
+    @staticmethod
+    def _sample() -> tuple[float, float, float] | None:
+        try:
+            with open("/proc/stat") as f:
+                ticks = [int(v) for v in f.readline().split()[1:9]]
+            hz = os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, AttributeError):
+            return None
+        busy = sum(ticks) - ticks[3] - ticks[4]  # all but idle and iowait
+        return busy / hz, time.process_time(), time.perf_counter()
 
 
 def _calls_per_chunk(fn: Callable[[], object], chunk_s: float) -> int:
@@ -413,15 +444,18 @@ def bench_net(quick: bool = False) -> dict:
         {"forward_us": {"mlp"|"conv": {"native"|"numpy"|"torch": {batch: µs}}},
          "threads_fps": {"released"|"held": {batch: {threads: forwards/s}}},
          "train_step_ms": {"native": ms, "torch": ms},
-         "gil_release_threshold_flops": float, "torch_threads": 1, "ratios": {...}}
+         "gil_release_threshold_flops": float, "torch_threads": 1, "numpy_blas_threads": 1,
+         "ratios": {...}, "background_load_cores": float}
 
     ``mlp`` is ``mlp_spec(4, [Categorical(2), Value()])`` (batches 1, 32, 256), ``conv`` the
     Nature-DQN torso on uint8 frames ``[84, 84, 4]`` (batches 1, 32). Thread scaling and the
-    training step use the mlp. torch keys are present only when torch is importable.
+    training step use the mlp. torch keys are present only when torch is importable,
+    ``numpy_blas_threads`` only when threadpoolctl is. ``background_load_cores``: see
+    `BackgroundLoad`.
     """
     budget = _budget(quick)
     torch = _import_torch()
-    with _single_threaded(torch) as limited:
+    with BackgroundLoad() as load, _single_threaded(torch) as limited:
         mlp = rlpar.Net(rlpar.mlp_spec(4, [rlpar.Categorical(2), rlpar.Value()]))
         conv = rlpar.Net(rlpar.conv_spec((84, 84, 4), [rlpar.Categorical(6), rlpar.Value()]))
         result: dict = {
@@ -435,6 +469,7 @@ def bench_net(quick: bool = False) -> dict:
             **limited,
         }
     result["ratios"] = _net_ratios(result)
+    result["background_load_cores"] = load.cores
     return result
 
 
@@ -479,7 +514,14 @@ def format_net(r: dict) -> str:
     lines.append(f"train step, mlp batch {TRAIN_BATCH}, ms: {steps}")
     lines.append(f"GIL release threshold: {r['gil_release_threshold_flops']:.0f} flops")
     lines.append("speed-ups: " + _flat(r["ratios"]))
+    lines.append(_load_line(r["background_load_cores"]))
     return "\n".join(lines)
+
+
+def _load_line(cores: float | None) -> str:
+    if cores is None:
+        return "other processes' load: unknown"
+    return f"other processes kept {cores:.2g} cores busy meanwhile (~0 for a clean run)"
 
 
 def _flat(d: dict, prefix: str = "") -> str:
@@ -501,15 +543,19 @@ def bench_snapshot(quick: bool = False) -> dict:
     Returns ``pin_unpin_ns`` (one pin + unpin while another thread publishes), ``publish_us_per_mb``
     and ``memcpy_us_per_mb`` (the plain-copy baseline over as many buffers as the store has slots),
     ``publish_vs_memcpy``, the size used (``n_floats``, ``mbytes``), and ``python_pin_release_ns``:
-    ``store.pin()`` + ``Snapshot.release()`` from Python, what an actor pays once per unroll.
+    ``store.pin()`` + ``Snapshot.release()`` from Python, what an actor pays once per unroll;
+    ``background_load_cores``: see `BackgroundLoad`.
     """
     n_floats, iters, repeats = (16384, 200, 3) if quick else (262144, 5000, 7)
-    r = dict(_native.bench_snapshot(n_floats, iters, repeats))
+    with BackgroundLoad() as load:
+        r = dict(_native.bench_snapshot(n_floats, iters, repeats))
     r["publish_vs_memcpy"] = r["publish_us_per_mb"] / r["memcpy_us_per_mb"]
     r["n_floats"] = n_floats
     r["mbytes"] = n_floats * 4 / 1e6
     r["python_pin_release_ns"] = _python_pin_release_s(n_floats, _budget(quick)) * 1e9
-    return {k: _sig(v) if isinstance(v, float) else v for k, v in r.items()}
+    r = {k: _sig(v) if isinstance(v, float) else v for k, v in r.items()}
+    r["background_load_cores"] = load.cores
+    return r
 
 
 def _python_pin_release_s(n_floats: int, budget: Budget) -> float:
@@ -531,6 +577,7 @@ def format_snapshot(r: dict) -> str:
         f"  publish                                {r['publish_us_per_mb']:>10.3g} µs/MB",
         f"  memcpy                                 {r['memcpy_us_per_mb']:>10.3g} µs/MB",
         f"  publish / memcpy                       {r['publish_vs_memcpy']:>10.3g}",
+        _load_line(r["background_load_cores"]),
     ])  # fmt: skip
 
 
@@ -543,11 +590,13 @@ def bench_gil_threshold(quick: bool = False) -> dict:
     For each batch: its flops (``flops_per_sample * batch``), forwards/s with 1 and 2 threads with
     the GIL released and held, and the 2-thread/1-thread ratios. ``crossover_batch`` is the
     smallest batch whose released 2-thread throughput beats held (``null`` if none does);
-    ``crossover_flops`` its flops. ``threshold_flops`` is the threshold in effect now.
+    ``crossover_flops`` its flops. ``threshold_flops`` is the threshold in effect now;
+    ``background_load_cores``: see `BackgroundLoad`.
     """
     budget = _budget(quick)
     net = rlpar.Net(rlpar.mlp_spec(4, [rlpar.Categorical(2), rlpar.Value()]))
-    fps = _thread_scaling(net, net.init_params(seed=0), GIL_BATCHES, budget)
+    with BackgroundLoad() as load:
+        fps = _thread_scaling(net, net.init_params(seed=0), GIL_BATCHES, budget)
     batches = {}
     crossover = None
     for b in GIL_BATCHES:
@@ -568,6 +617,7 @@ def bench_gil_threshold(quick: bool = False) -> dict:
         "crossover_batch": crossover,
         "crossover_flops": net.flops_per_sample * crossover if crossover else None,
         "threshold_flops": rlpar.gil_release_threshold(),
+        "background_load_cores": load.cores,
     }
 
 
@@ -593,4 +643,5 @@ def format_gil_threshold(r: dict) -> str:
             f"({r['crossover_flops']:.0f} flops)"
         )
     lines.append(f"threshold now {r['threshold_flops']:.0f} flops")
+    lines.append(_load_line(r["background_load_cores"]))
     return "\n".join(lines)

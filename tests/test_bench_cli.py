@@ -33,6 +33,10 @@ def last_json(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def assert_load(cores: float | None) -> None:
+    assert cores is None or cores >= 0
+
+
 def assert_numbers(d: dict, keys: set[str]) -> None:
     """``d`` has exactly ``keys``, each a finite positive number."""
     assert set(d) == keys
@@ -92,12 +96,14 @@ def test_bench_net_json_has_the_documented_shape(tmp_path) -> None:
     if HAS_TORCH:
         assert_numbers(ratios["native_vs_torch_b1"], {"mlp", "conv"})
         assert ratios["train_step_native_vs_torch"] > 0
+    assert_load(r["background_load_cores"])
 
 
 def test_bench_snapshot_json_has_the_documented_shape(tmp_path) -> None:
     r = last_json(rlpar(tmp_path, "bench", "snapshot", "--json", "--quick"))
     keys = {"pin_unpin_ns", "publish_us_per_mb", "memcpy_us_per_mb", "publish_vs_memcpy"}
     keys |= {"n_floats", "mbytes", "python_pin_release_ns"}
+    assert_load(r.pop("background_load_cores"))
     assert_numbers(r, keys)
 
 
@@ -111,6 +117,7 @@ def test_bench_gil_json_reports_every_batch(tmp_path) -> None:
             assert row["ratio_2v1"][mode] > 0
     assert r["crossover_batch"] is None or r["crossover_batch"] in (1, 2, 4, 8, 16, 32, 64)
     assert r["threshold_flops"] >= 0
+    assert_load(r["background_load_cores"])
 
 
 def test_bench_without_json_prints_a_table(tmp_path) -> None:

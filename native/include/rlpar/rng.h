@@ -53,7 +53,8 @@ class Rng {
   // Multiply-shift (Lemire) without the rejection step: the bias is below n / 2^64, far below
   // anything a test or an agent could see, and the cost is one multiplication.
   std::uint64_t below(std::uint64_t n) {
-    return static_cast<std::uint64_t>((static_cast<unsigned __int128>(next()) * n) >> 64);
+    __extension__ typedef unsigned __int128 u128;  // GCC and Clang; __extension__: -Wpedantic
+    return static_cast<std::uint64_t>((static_cast<u128>(next()) * n) >> 64);
   }
 
   const State& state() const { return s_; }

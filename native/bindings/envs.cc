@@ -1,0 +1,370 @@
+// Bindings of rlpar::VecEnv (native envs), rlpar::CategoricalSampler and rlpar::unroll (the
+// fused actor loop): conversion, argument checks and the GIL only.
+//
+// GIL: a step releases it when K * flops_per_step is above rlpar's threshold (gil.h;
+// release_gil=None), or always / never with release_gil=True / False; an unroll compares its
+// whole work (T steps of env steps and forwards) with the same threshold. Everything Python is
+// allocated and inspected before the release; only raw pointers cross into the released region.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "envs_py.h"
+#include "gil.h"
+#include "rlpar/envs.h"
+#include "rlpar/net.h"
+#include "rlpar/unroll.h"
+#include "snapshot_py.h"
+
+namespace py = pybind11;
+
+namespace rlpar_py {
+namespace {
+
+using rlpar::CategoricalSampler;
+using rlpar::Net;
+using rlpar::VecEnv;
+
+std::string type_name(py::handle obj) {
+  return py::str(py::type::of(obj).attr("__name__")).cast<std::string>();
+}
+
+std::string shape_of(const py::array& a) {
+  std::string s = "(";
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) {
+    s += std::to_string(a.shape(i));
+    if (i + 1 < a.ndim() || a.ndim() == 1) s += ",";
+    if (i + 1 < a.ndim()) s += " ";
+  }
+  return s + ")";
+}
+
+std::string dtype_of(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
+
+py::array to_array(py::handle obj, const char* what) {
+  if (py::isinstance<py::array>(obj)) return py::reinterpret_borrow<py::array>(obj);
+  if (PyObject_CheckBuffer(obj.ptr()) || py::isinstance<py::sequence>(obj) ||
+      py::hasattr(obj, "__array__")) {
+    return py::module_::import("numpy").attr("asarray")(obj).cast<py::array>();
+  }
+  throw py::type_error(std::string(what) + " must be a numpy array, got " + type_name(obj));
+}
+
+// A contiguous int64 [K] copy or view of `obj`; any integer dtype is accepted (cast), others are
+// a TypeError, a wrong shape a ValueError.
+py::array_t<int64_t> checked_actions(const VecEnv& envs, py::handle obj) {
+  py::array a = to_array(obj, "actions");
+  const char kind = a.dtype().kind();
+  if (kind != 'i' && kind != 'u') {
+    throw py::type_error("actions must be integers (int64) for Discrete(" +
+                         std::to_string(envs.spec().num_actions) + "), got dtype " + dtype_of(a));
+  }
+  if (a.ndim() != 1 || a.shape(0) != envs.num_envs()) {
+    throw py::value_error("actions must have shape (" + std::to_string(envs.num_envs()) +
+                          ",), one per env, got " + shape_of(a));
+  }
+  return py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+}
+
+py::array obs_buffer(const VecEnv& envs, int64_t leading) {
+  std::vector<py::ssize_t> shape;
+  if (leading >= 0) shape.push_back(leading);
+  for (int64_t d : envs.spec().obs_shape) shape.push_back(d);
+  if (envs.spec().obs_uint8) return py::array_t<uint8_t>(shape);
+  return py::array_t<float>(shape);
+}
+
+py::array_t<uint64_t> checked_seeds(const VecEnv& envs, py::handle obj) {
+  py::array a = to_array(obj, "seeds");
+  if (!a.dtype().is(py::dtype::of<uint64_t>())) {
+    throw py::type_error("seeds must be a uint64 array, got dtype " + dtype_of(a));
+  }
+  if (a.ndim() != 1 || a.shape(0) != envs.num_envs()) {
+    throw py::value_error("seeds must have shape (" + std::to_string(envs.num_envs()) +
+                          ",), one per env, got " + shape_of(a));
+  }
+  return py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+}
+
+py::array_t<double> checked_state(const VecEnv& envs, py::handle obj) {
+  py::array a = to_array(obj, "state");
+  const char kind = a.dtype().kind();
+  if (kind != 'f' && kind != 'i' && kind != 'u') {
+    throw py::type_error("state must be numbers (float64), got dtype " + dtype_of(a));
+  }
+  const int64_t n = envs.spec().state_size;
+  if (a.ndim() != 1 || a.shape(0) != n) {
+    throw py::value_error(envs.spec().name + " state must have shape (" + std::to_string(n) +
+                          ",), got " + shape_of(a));
+  }
+  return py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(a);
+}
+
+double step_flops(const VecEnv& envs) {
+  return envs.spec().flops_per_step * static_cast<double>(envs.num_envs());
+}
+
+py::tuple do_step(VecEnv& envs, py::handle actions, py::handle release_gil) {
+  py::array_t<int64_t> a = checked_actions(envs, actions);
+  const int64_t k = envs.num_envs();
+  py::array obs = obs_buffer(envs, k);
+  py::array_t<float> rewards(k);
+  py::array_t<bool> terminated(k), truncated(k);
+  const int64_t* ap = a.data();
+  void* op = obs.mutable_data();
+  float* rp = rewards.mutable_data();
+  bool* tp = terminated.mutable_data();
+  bool* up = truncated.mutable_data();
+  {
+    const bool release = want_release(release_gil, step_flops(envs));
+    CallScope scope(release, false);
+    envs.step(ap, op, rp, tp, up);
+  }
+  return py::make_tuple(obs, rewards, terminated, truncated);
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Fused unroll
+
+// A writable, C-contiguous array of dtype T and exactly `shape`, else TypeError / ValueError.
+// Only the caller's own ndarray will do: a converted copy would die on return, with the writes.
+template <typename T>
+T* rollout_array(py::handle obj, const char* what, const std::vector<py::ssize_t>& shape) {
+  if (!py::isinstance<py::array>(obj)) {
+    throw py::type_error(std::string(what) + " must be a numpy array, got " + type_name(obj));
+  }
+  auto a = py::reinterpret_borrow<py::array>(obj);
+  if (!a.dtype().is(py::dtype::of<T>())) {
+    throw py::type_error(std::string(what) + " must be " +
+                         py::str(py::dtype::of<T>()).cast<std::string>() + ", got " + dtype_of(a));
+  }
+  bool ok = a.ndim() == static_cast<py::ssize_t>(shape.size());
+  for (size_t i = 0; ok && i < shape.size(); ++i) ok = a.shape(i) == shape[i];
+  if (!ok) {
+    std::string want = "(";
+    for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
+    throw py::value_error(std::string(what) + " must have shape " + want + "), got " + shape_of(a));
+  }
+  if (!(a.flags() & py::array::c_style) || !a.writeable()) {
+    throw py::value_error(std::string(what) + " must be a C-contiguous, writable array");
+  }
+  return static_cast<T*>(a.mutable_data());
+}
+
+// params: a pinned Snapshot (its version is the unroll's) or a flat float32 array (version 0).
+struct UnrollParams {
+  const float* data = nullptr;
+  uint64_t version = 0;
+  std::shared_ptr<SharedPin> pin;  // keeps the snapshot pinned for the call
+  py::array array;                 // or keeps the parameter array alive
+};
+
+UnrollParams unroll_params(const Net& net, py::handle obj) {
+  UnrollParams p;
+  if (py::isinstance<PySnapshot>(obj)) {
+    p.pin = obj.cast<const PySnapshot&>().pin;
+    if (!p.pin) throw py::value_error("params: this snapshot was released");
+    if (static_cast<int64_t>(p.pin->pin.size()) != net.num_params()) {
+      throw py::value_error("params: the snapshot holds " + std::to_string(p.pin->pin.size()) +
+                            " values, the net expects " + std::to_string(net.num_params()));
+    }
+    p.data = p.pin->pin.data();
+    p.version = p.pin->pin.version();
+    return p;
+  }
+  p.array = to_array(obj, "params");
+  const py::array& a = p.array;
+  if (!a.dtype().is(py::dtype::of<float>())) {
+    throw py::type_error("params must be a Snapshot or a float32 array, got dtype " + dtype_of(a));
+  }
+  if (a.ndim() != 1 || a.shape(0) != net.num_params() || !(a.flags() & py::array::c_style)) {
+    throw py::value_error("params must be a contiguous flat float32 vector of " +
+                          std::to_string(net.num_params()) + " values, got shape " + shape_of(a));
+  }
+  p.data = static_cast<const float*>(a.data());
+  return p;
+}
+
+py::tuple do_unroll(VecEnv& envs, const std::shared_ptr<Net>& net, py::handle params,
+                    CategoricalSampler& sampler, py::handle obs, py::handle actions,
+                    py::handle rewards, py::handle terminated, py::handle truncated,
+                    py::handle mask, py::handle behaviour, py::handle ep_return,
+                    py::handle ep_length, py::handle release_gil) {
+  rlpar::check_unroll_net(*net, envs);
+  if (!py::isinstance<py::array>(actions)) {
+    throw py::type_error("actions must be a numpy array, got " + type_name(actions));
+  }
+  const auto act_arr = py::reinterpret_borrow<py::array>(actions);
+  if (act_arr.ndim() < 1 || act_arr.shape(0) < 1) {
+    throw py::value_error("actions must have shape (T, K) with T >= 1, got " + shape_of(act_arr));
+  }
+  const py::ssize_t t = act_arr.shape(0);
+  const py::ssize_t k = envs.num_envs();
+  std::vector<py::ssize_t> obs_shape{t + 1, k};
+  for (int64_t d : envs.spec().obs_shape) obs_shape.push_back(d);
+  rlpar::UnrollArrays a;
+  a.steps = t;
+  a.obs = envs.spec().obs_uint8
+              ? static_cast<void*>(rollout_array<uint8_t>(obs, "obs", obs_shape))
+              : static_cast<void*>(rollout_array<float>(obs, "obs", obs_shape));
+  a.actions = rollout_array<int64_t>(actions, "actions", {t, k});
+  a.rewards = rollout_array<float>(rewards, "rewards", {t, k});
+  a.terminated = rollout_array<bool>(terminated, "terminated", {t, k});
+  a.truncated = rollout_array<bool>(truncated, "truncated", {t, k});
+  a.mask = rollout_array<bool>(mask, "mask", {t, k});
+  a.behaviour = rollout_array<float>(behaviour, "behaviour", {t, k, net->output_size()});
+  double* ret = rollout_array<double>(ep_return, "ep_return", {k});
+  int64_t* len = rollout_array<int64_t>(ep_length, "ep_length", {k});
+  UnrollParams p = unroll_params(*net, params);
+  std::vector<rlpar::EpisodeEnd> ends;
+  {
+    const double flops = static_cast<double>(t) * static_cast<double>(k) *
+                         (envs.spec().flops_per_step + net->flops_per_sample());
+    const bool release = want_release(release_gil, flops);
+    CallScope scope(release, net->has_external());
+    ends = rlpar::unroll(*net, p.data, envs, sampler, a, ret, len);
+  }
+  py::list episodes;
+  for (const auto& e : ends) episodes.append(py::make_tuple(e.ret, e.length));
+  return py::make_tuple(p.version, episodes);
+}
+
+}  // namespace
+
+void bind_envs(py::module_& m) {
+  m.def("native_env_names", &rlpar::env_names, "Names of the games VecEnv can run.");
+
+  py::class_<VecEnv, std::shared_ptr<VecEnv>>(
+      m, "VecEnv",
+      "K copies of one native game stepped in one call, with gymnasium's NEXT_STEP autoreset "
+      "and one generator per env (see native/include/rlpar/envs.h).")
+      .def(py::init([](const std::string& name, int64_t num_envs, py::object max_episode_steps) {
+             int64_t limit = -1;
+             if (!max_episode_steps.is_none()) {
+               limit = max_episode_steps.cast<int64_t>();
+               if (limit < 0) {
+                 throw py::value_error(
+                     "max_episode_steps must be >= 0 (0: no limit) or None, got " +
+                     std::to_string(limit));
+               }
+             }
+             return std::make_shared<VecEnv>(name, num_envs, limit);
+           }),
+           py::arg("name"), py::arg("num_envs"), py::arg("max_episode_steps") = py::none())
+      .def_property_readonly("name", [](const VecEnv& e) { return e.spec().name; })
+      .def_property_readonly("num_envs", &VecEnv::num_envs)
+      .def_property_readonly("max_episode_steps", &VecEnv::max_episode_steps)
+      .def_property_readonly(
+          "obs_shape", [](const VecEnv& e) { return py::tuple(py::cast(e.spec().obs_shape)); })
+      .def_property_readonly("obs_dtype",
+                             [](const VecEnv& e) {
+                               return e.spec().obs_uint8 ? py::dtype::of<uint8_t>()
+                                                         : py::dtype::of<float>();
+                             })
+      .def_property_readonly(
+          "obs_low", [](const VecEnv& e) { return py::array(py::cast(e.spec().obs_low)); })
+      .def_property_readonly(
+          "obs_high", [](const VecEnv& e) { return py::array(py::cast(e.spec().obs_high)); })
+      .def_property_readonly("num_actions", [](const VecEnv& e) { return e.spec().num_actions; })
+      .def_property_readonly("state_size", [](const VecEnv& e) { return e.spec().state_size; })
+      .def_property_readonly("flops_per_step",
+                             [](const VecEnv& e) { return e.spec().flops_per_step; })
+      .def("reset",
+           [](VecEnv& e, py::object seeds) {
+             py::array obs = obs_buffer(e, e.num_envs());
+             py::array_t<uint64_t> s;
+             if (!seeds.is_none()) s = checked_seeds(e, seeds);
+             const uint64_t* sp = seeds.is_none() ? nullptr : s.data();
+             e.reset(sp, obs.mutable_data());
+             return obs;
+           },
+           py::arg("seeds") = py::none(),
+           "Reset every env; seeds: uint64 [K] reseeds env i with seeds[i] first (None: each "
+           "env continues its stream). Returns obs [K, *obs_shape].")
+      .def("step", &do_step, py::arg("actions"), py::arg("release_gil") = py::none(),
+           "Step every env (NEXT_STEP autoreset). actions: integers [K] in [0, num_actions). "
+           "Returns new arrays (obs [K, *obs_shape], rewards float32 [K], terminated bool [K], "
+           "truncated bool [K]).")
+      .def("observe",
+           [](VecEnv& e) {
+             py::array obs = obs_buffer(e, e.num_envs());
+             e.observe(obs.mutable_data());
+             return obs;
+           },
+           "The observation each env returned last.")
+      .def("needs_reset", &VecEnv::needs_reset, py::arg("index"),
+           "True when the env's next step is its reset step.")
+      .def("get_state",
+           [](const VecEnv& e, int64_t i) {
+             py::array_t<double> s(e.spec().state_size);
+             int64_t elapsed = 0;
+             e.get_state(i, s.mutable_data(), &elapsed);
+             return py::make_tuple(s, elapsed);
+           },
+           py::arg("index"), "(state float64 [state_size], steps since the reset) of env `index`.")
+      .def("set_state",
+           [](VecEnv& e, int64_t i, py::handle state, int64_t elapsed) {
+             py::array_t<double> s = checked_state(e, state);
+             e.set_state(i, s.data(), elapsed);
+           },
+           py::arg("index"), py::arg("state"), py::arg("elapsed") = 0,
+           "Put env `index` in `state` with `elapsed` steps since its reset; its next step is a "
+           "normal step.");
+
+  py::class_<CategoricalSampler>(
+      m, "CategoricalSampler",
+      "Draws actions from categorical logits with its own xoshiro256** generator: the sampler "
+      "of the fused unroll, also usable from Python (same draws from the same seed).")
+      .def(py::init<uint64_t>(), py::arg("seed"))
+      .def("sample",
+           [](CategoricalSampler& s, py::handle logits) {
+             py::array a = to_array(logits, "logits");
+             if (!a.dtype().is(py::dtype::of<float>())) {
+               throw py::type_error("logits must be float32, got " + dtype_of(a));
+             }
+             if (a.ndim() != 2 || a.shape(0) < 1 || a.shape(1) < 1) {
+               throw py::value_error("logits must have shape (K, n) with K, n >= 1, got " +
+                                     shape_of(a));
+             }
+             auto c = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
+             const int64_t rows = c.shape(0), n = c.shape(1);
+             py::array_t<int64_t> actions(rows);
+             s.sample(c.data(), rows, n, 0, n, actions.mutable_data());
+             return actions;
+           },
+           py::arg("logits"), "One action per row of logits float32 [K, n] -> int64 [K].")
+      .def_property(
+          "state", [](const CategoricalSampler& s) { return py::tuple(py::cast(s.rng().state())); },
+          [](CategoricalSampler& s, const std::array<uint64_t, 4>& state) {
+            if (state[0] == 0 && state[1] == 0 && state[2] == 0 && state[3] == 0) {
+              throw py::value_error("an all-zero generator state never changes: not a valid state");
+            }
+            s.rng().set_state(state);
+          },
+          "The generator's state (4 ints), to save and restore.");
+
+  m.def("check_fused_unroll",
+        [](const VecEnv& envs, const std::shared_ptr<Net>& net) {
+          rlpar::check_unroll_net(*net, envs);
+        },
+        py::arg("envs"), py::arg("net"),
+        "Raise ValueError (saying why) unless fused_unroll can run this net on these envs.");
+  m.def("fused_unroll", &do_unroll, py::arg("envs"), py::arg("net"), py::arg("params"),
+        py::arg("sampler"), py::arg("obs"), py::arg("actions"), py::arg("rewards"),
+        py::arg("terminated"), py::arg("truncated"), py::arg("mask"), py::arg("behaviour"),
+        py::arg("ep_return"), py::arg("ep_length"), py::arg("release_gil") = py::none(),
+        "One whole unroll of T steps over the K envs in one call (rlpar/unroll.h), written "
+        "into the rollout arrays (obs [T+1, K, ...], actions int64 [T, K], rewards float32, "
+        "terminated / truncated / mask bool [T, K], behaviour float32 [T, K, output_size]); "
+        "ep_return float64 [K] and ep_length int64 [K] carry the episodes in progress. "
+        "Returns (version of params, [(return, length) of each episode that ended]).");
+}
+
+}  // namespace rlpar_py

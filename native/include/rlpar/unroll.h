@@ -1,0 +1,90 @@
+// rlpar/unroll.h — the fused actor loop: one whole unroll over K native envs in one call.
+//
+// What an rlpar actor does in Python (rlpar/runtime/actor.py), fused into one native loop that
+// needs no GIL (unless the net has Python layers):
+//
+//     obs[0] = envs' current observations
+//     for t in 0 .. T-1:
+//         behaviour[t] = net.forward(params, obs[t])              // [K, output_size]
+//         actions[t]   = sampler.sample(logits of behaviour[t])   // [K]
+//         mask[t]      = !(episode ended at step t - 1)           // False on autoreset steps
+//         obs[t + 1], rewards[t], terminated[t], truncated[t] = envs.step(actions[t])
+//         episode bookkeeping (returns and lengths count only steps where mask is true)
+//
+// The arrays are those of rlpar.runtime.rollout.Rollout, written in place, with the same meaning
+// and invariants as the Python path. `params` must stay unchanged for the whole call (a pinned
+// snapshot): one policy version per unroll.
+//
+//     rlpar::CategoricalSampler sampler(seed);   // one per actor thread
+//     rlpar::UnrollArrays a{T, obs, actions, rewards, terminated, truncated, mask, behaviour};
+//     auto ends = rlpar::unroll(net, pin.data(), envs, sampler, a, ep_return, ep_length);
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "rlpar/envs.h"
+#include "rlpar/net.h"
+#include "rlpar/rng.h"
+
+namespace rlpar {
+
+// Draws one action per row from categorical logits, with its own generator. Algorithm (fixed, so
+// rollouts are reproducible from the seed): m = max logit; w_i = exp(l_i - m) in double;
+// u = rng.uniform(); the action is the first i with w_0 + ... + w_i > u * sum(w) (the last
+// i with w_i > 0 if rounding leaves none). One uniform draw per row, rows in order.
+class CategoricalSampler {
+ public:
+  explicit CategoricalSampler(std::uint64_t seed = 0) : rng_(seed) {}
+
+  // logits: `batch` rows of `stride` floats, the n logits of each starting at column `offset`;
+  // actions: [batch]. A -inf logit is an action never taken; a row with NaN or +inf, or all
+  // -inf, throws std::invalid_argument (a NaN would otherwise silently pick the last action).
+  void sample(const float* logits, int64_t batch, int64_t stride, int64_t offset, int64_t n,
+              int64_t* actions);
+
+  Rng& rng() { return rng_; }
+  const Rng& rng() const { return rng_; }
+
+ private:
+  Rng rng_;
+};
+
+// The rollout arrays of one unroll of T steps over K = envs.num_envs() envs, all C-contiguous.
+struct UnrollArrays {
+  int64_t steps = 0;            // T >= 1
+  void* obs = nullptr;          // [T + 1, K, *obs_shape], the env's dtype
+  int64_t* actions = nullptr;   // [T, K]
+  float* rewards = nullptr;     // [T, K]
+  bool* terminated = nullptr;   // [T, K]
+  bool* truncated = nullptr;    // [T, K]
+  bool* mask = nullptr;         // [T, K]
+  float* behaviour = nullptr;   // [T, K, net.output_size()]
+};
+
+// An episode that ended during the unroll: its return and length count the steps where mask was
+// true (the autoreset step that began it is not one).
+struct EpisodeEnd {
+  int64_t env = 0;
+  int64_t step = 0;  // t at which it ended
+  double ret = 0;
+  int64_t length = 0;
+};
+
+// The net must have exactly one Categorical head with envs.spec().num_actions logits, and take
+// the env's observations (same number of elements, uint8 input iff the env's frames are uint8).
+// ep_return, ep_length: [K] the episodes in progress (read and updated). Throws
+// std::invalid_argument on a mismatch, before any env moves; logits that cannot be sampled (a
+// diverged net) throw from the step where they appear, with the arrays filled up to it.
+std::vector<EpisodeEnd> unroll(const Net& net, const float* params, VecEnv& envs,
+                               CategoricalSampler& sampler, const UnrollArrays& arrays,
+                               double* ep_return, int64_t* ep_length);
+
+// The column range of the net's categorical logits, checked against the env (see unroll).
+struct LogitsSlice {
+  int64_t offset = 0;
+  int64_t size = 0;
+};
+LogitsSlice check_unroll_net(const Net& net, const VecEnv& envs);
+
+}  // namespace rlpar

@@ -1,0 +1,133 @@
+// The fused actor loop: see rlpar/unroll.h.
+#include "rlpar/unroll.h"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace rlpar {
+
+void CategoricalSampler::sample(const float* logits, int64_t batch, int64_t stride,
+                                int64_t offset, int64_t n, int64_t* actions) {
+  // Rows are small (a handful of actions), so a stack buffer of weights covers the common case.
+  constexpr int64_t kSmall = 64;
+  double small[kSmall];
+  std::vector<double> large;
+  double* w = small;
+  if (n > kSmall) {
+    large.resize(n);
+    w = large.data();
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* l = logits + b * stride + offset;
+    // -inf is a masked-out action (weight 0); NaN or +inf mean a diverged net.
+    double m = -std::numeric_limits<double>::infinity();
+    bool bad = false;
+    for (int64_t i = 0; i < n; ++i) {
+      bad |= std::isnan(l[i]) || l[i] == std::numeric_limits<float>::infinity();
+      m = l[i] > m ? l[i] : m;
+    }
+    if (bad || m == -std::numeric_limits<double>::infinity()) {
+      throw std::invalid_argument("logits of row " + std::to_string(b) +
+                                  (bad ? " hold NaN or +inf" : " are all -inf") +
+                                  ": cannot sample an action");
+    }
+    double total = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      w[i] = std::exp(static_cast<double>(l[i]) - m);
+      total += w[i];
+    }
+    const double threshold = rng_.uniform() * total;
+    int64_t choice = -1;
+    double cum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      cum += w[i];
+      if (cum > threshold) {
+        choice = i;
+        break;
+      }
+    }
+    if (choice < 0) {
+      // Rounding left the threshold at the very end of the sum: take the last possible action.
+      for (int64_t i = n - 1; i >= 0 && choice < 0; --i) {
+        if (w[i] > 0) choice = i;
+      }
+    }
+    actions[b] = choice;
+  }
+}
+
+LogitsSlice check_unroll_net(const Net& net, const VecEnv& envs) {
+  const EnvSpec& spec = envs.spec();
+  LogitsSlice slice;
+  int found = 0;
+  for (const OutputInfo& o : net.outputs()) {
+    if (o.name == "logits") {
+      slice.offset = o.begin;
+      slice.size = o.size;
+      ++found;
+    }
+  }
+  if (found != 1) {
+    throw std::invalid_argument("the fused unroll needs a net with exactly one Categorical head, "
+                                "this one has " + std::to_string(found));
+  }
+  if (slice.size != spec.num_actions) {
+    throw std::invalid_argument("the net's Categorical head has " + std::to_string(slice.size) +
+                                " logits, " + spec.name + " has " +
+                                std::to_string(spec.num_actions) + " actions");
+  }
+  if (net.spec().input_uint8 != spec.obs_uint8 || net.input_size() != spec.obs_size()) {
+    throw std::invalid_argument(
+        "the net takes " + std::string(net.spec().input_uint8 ? "uint8" : "float32") + " inputs " +
+        shape_str(net.spec().input_shape) + ", " + spec.name + " gives " +
+        (spec.obs_uint8 ? "uint8" : "float32") + " observations " + shape_str(spec.obs_shape));
+  }
+  return slice;
+}
+
+std::vector<EpisodeEnd> unroll(const Net& net, const float* params, VecEnv& envs,
+                               CategoricalSampler& sampler, const UnrollArrays& a,
+                               double* ep_return, int64_t* ep_length) {
+  const LogitsSlice logits = check_unroll_net(net, envs);
+  if (a.steps < 1) {
+    throw std::invalid_argument("an unroll needs at least 1 step, got " + std::to_string(a.steps));
+  }
+  const int64_t k = envs.num_envs();
+  const int64_t out_size = net.output_size();
+  const int64_t obs_bytes = envs.spec().obs_size() * (envs.spec().obs_uint8 ? 1 : 4);
+  char* obs = static_cast<char*>(a.obs);
+  std::vector<bool> prev_done(k);
+  for (int64_t i = 0; i < k; ++i) prev_done[i] = envs.needs_reset(i);
+  std::vector<EpisodeEnd> ends;
+
+  envs.observe(obs);
+  for (int64_t t = 0; t < a.steps; ++t) {
+    const int64_t tk = t * k;
+    float* out = a.behaviour + tk * out_size;
+    net.forward(params, obs + tk * obs_bytes, k, out);
+    sampler.sample(out, k, out_size, logits.offset, logits.size, a.actions + tk);
+    envs.step(a.actions + tk, obs + (tk + k) * obs_bytes, a.rewards + tk, a.terminated + tk,
+              a.truncated + tk);
+    for (int64_t i = 0; i < k; ++i) {
+      const bool valid = !prev_done[i];
+      const bool done = a.terminated[tk + i] || a.truncated[tk + i];
+      a.mask[tk + i] = valid;
+      if (valid) {
+        ep_return[i] += a.rewards[tk + i];
+        ep_length[i] += 1;
+      }
+      if (done) {
+        ends.push_back(EpisodeEnd{i, t, ep_return[i], ep_length[i]});
+        ep_return[i] = 0;
+        ep_length[i] = 0;
+      }
+      prev_done[i] = done;
+    }
+  }
+  return ends;
+}
+
+}  // namespace rlpar

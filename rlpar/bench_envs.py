@@ -1,0 +1,239 @@
+"""`rlpar bench envs`: env steps/s of native envs against gymnasium (and EnvPool when installed).
+
+Two measurements on K = 64 CartPoles:
+
+- ``env_only``: stepping the vector env with random actions (drawn beforehand, so the
+  generator is not timed): rlpar's ``rlpar/CartPole-v1`` vector env, gymnasium's own vectorized
+  ``CartPole-v1``, and EnvPool's when ``import envpool`` works (never a dependency).
+- ``actor_loop``: 1 and 2 Python threads, each an actor with its own 64 envs, an mlp policy
+  (4-64-64-(2+1)) on a pinned snapshot, categorical sampling and preallocated rollouts of 20
+  steps, reporting env steps/s of all threads together. ``python_env``: rlpar's Python actor
+  loop (`rlpar.runtime.actor.Actor.unroll`) on gymnasium's CartPole; ``native_env``: the same
+  loop on rlpar's native CartPole; ``native_fused``: the fused native unroll
+  (``NativeVectorEnv.fused_unroll``: one call per rollout, GIL released).
+
+Configurations take turns, repeat after repeat, and every value is the median of the repeats.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import rlpar
+from rlpar import _native
+from rlpar.agent import Agent, LearnerState
+from rlpar.runtime.actor import Actor, EpisodeLog
+from rlpar.runtime.rollout import Batch, Rollout
+
+__all__ = ["bench_envs"]
+
+NUM_ENVS = 64
+UNROLL = 20
+THREADS = (1, 2)
+ACTION_POOL = 512  # pre-drawn action batches, cycled through
+
+
+@dataclass(frozen=True)
+class Budget:
+    env_s: float  # one timed chunk of env-only stepping
+    loop_s: float  # one actor-loop run (after its warm-up)
+    warmup_s: float
+    repeats: int
+
+
+FULL = Budget(env_s=0.3, loop_s=0.6, warmup_s=0.15, repeats=5)
+QUICK = Budget(env_s=0.02, loop_s=0.05, warmup_s=0.02, repeats=1)
+
+
+def _sig(x: float) -> float:
+    return float(f"{x:.4g}")
+
+
+def _import_envpool() -> Any:
+    try:
+        import envpool
+    except ImportError:
+        return None
+    return envpool
+
+
+# ---------------------------------------------------------------------------------------------
+# env only
+
+
+class _Stepper:
+    """A vector env and a pool of random action batches; ``run(seconds)`` returns steps/s."""
+
+    def __init__(self, make: Callable[[], Any], n_actions: int = 2) -> None:
+        self.env = make()  # made and reset
+        rng = np.random.default_rng(0)
+        self.actions = [rng.integers(n_actions, size=NUM_ENVS) for _ in range(ACTION_POOL)]
+        self.i = 0
+
+    def run(self, seconds: float) -> float:
+        step, actions = self.env.step, self.actions
+        calls, t0 = 0, time.perf_counter()
+        deadline = t0 + seconds
+        while True:
+            for _ in range(32):
+                step(actions[self.i])
+                self.i = (self.i + 1) % ACTION_POOL
+            calls += 32
+            now = time.perf_counter()
+            if now >= deadline:
+                return calls * NUM_ENVS / (now - t0)
+
+
+def _env_only(budget: Budget) -> dict[str, float]:
+    from rlpar import envs as rlpar_envs
+
+    rlpar_envs.register_envs()  # rlpar/CartPole-v1 (importing rlpar.envs does it too)
+
+    def made(env: Any, **reset: Any) -> Any:
+        env.reset(**reset)
+        return env
+
+    makers: dict[str, Callable[[], Any]] = {
+        "rlpar": lambda: made(gym.make_vec("rlpar/CartPole-v1", num_envs=NUM_ENVS), seed=0),
+        "gymnasium": lambda: made(
+            gym.make_vec("CartPole-v1", num_envs=NUM_ENVS, vectorization_mode="vector_entry_point"),
+            seed=0,
+        ),
+    }
+    envpool = _import_envpool()
+    if envpool is not None:
+        # EnvPool takes its seed at creation (reset(seed=...) is ignored with a warning).
+        makers["envpool"] = lambda: made(
+            envpool.make("CartPole-v1", env_type="gymnasium", num_envs=NUM_ENVS, seed=0)
+        )
+    steppers = {name: _Stepper(make) for name, make in makers.items()}
+    rates: dict[str, list[float]] = {name: [] for name in steppers}
+    for _ in range(budget.repeats):
+        for name, s in steppers.items():
+            rates[name].append(s.run(budget.env_s))
+    return {name: _sig(statistics.median(r)) for name, r in rates.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# actor loop
+
+
+class _PolicyAgent(Agent):
+    """An mlp categorical policy that only acts (Gumbel-max sampling, as rlpar's agents do)."""
+
+    def net_spec(self, obs_space: gym.Space, action_space: gym.Space) -> rlpar.NetSpec:
+        heads = [rlpar.Categorical(int(action_space.n)), rlpar.Value()]
+        return rlpar.mlp_spec(int(np.prod(obs_space.shape)), heads, hidden=(64, 64))
+
+    def init_state(self, net: rlpar.Net, params: np.ndarray) -> LearnerState:
+        return LearnerState(params=params, optimizer=rlpar.SGD(net.num_params, lr=0.0))
+
+    def act(self, net: rlpar.Net, out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        logits = out[:, :-1]
+        return np.argmax(logits - np.log(-np.log(rng.random(logits.shape))), axis=1)
+
+    def learn(self, net: rlpar.Net, state: LearnerState, batch: Batch) -> dict[str, float]:
+        return {}
+
+
+class _Worker:
+    """One actor thread's loop of one kind; ``steps`` grows after every rollout."""
+
+    def __init__(self, kind: str, index: int, net: rlpar.Net, store: rlpar.SnapshotStore) -> None:
+        env_id = "CartPole-v1" if kind == "python_env" else "rlpar/CartPole-v1"
+        self.envs = gym.make_vec(env_id, num_envs=NUM_ENVS)
+        self.kind, self.net, self.store = kind, net, store
+        self.steps = 0
+        if kind == "native_fused":
+            self.envs.reset(seed=index)
+            space = self.envs.single_observation_space
+            self.rollout = Rollout.allocate(
+                UNROLL, NUM_ENVS, space.shape, space.dtype, (), np.int64, net.output_size
+            )
+            self.sampler = _native.CategoricalSampler(index)
+            self.ep_return = np.zeros(NUM_ENVS)
+            self.ep_length = np.zeros(NUM_ENVS, np.int64)
+        else:
+            self.actor = Actor(index, self.envs, _PolicyAgent(), net, store, UNROLL, 1, seed=0)
+            self.log = EpisodeLog()
+
+    def loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            if self.kind == "native_fused":
+                with self.store.pin() as snap:
+                    self.envs.fused_unroll(
+                        self.net, snap, self.sampler, self.rollout, self.ep_return, self.ep_length
+                    )
+            else:
+                r = self.actor.free.get()
+                self.actor.unroll(r, self.log)
+                self.actor.free.put(r)
+            self.steps += UNROLL * NUM_ENVS
+
+
+def _loop_rate(workers: list[_Worker], budget: Budget) -> float:
+    stop = threading.Event()
+    threads = [threading.Thread(target=w.loop, args=(stop,)) for w in workers]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(budget.warmup_s)
+        n0, t0 = sum(w.steps for w in workers), time.perf_counter()
+        time.sleep(budget.loop_s)
+        n1, t1 = sum(w.steps for w in workers), time.perf_counter()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    return (n1 - n0) / (t1 - t0)
+
+
+def _actor_loop(budget: Budget) -> dict[str, dict[str, float]]:
+    from rlpar import envs as rlpar_envs
+
+    rlpar_envs.register_envs()  # rlpar/CartPole-v1 (importing rlpar.envs does it too)
+
+    agent = _PolicyAgent()
+    probe = gym.make_vec("rlpar/CartPole-v1", num_envs=1)
+    net = rlpar.Net(agent.net_spec(probe.single_observation_space, probe.single_action_space))
+    store = rlpar.SnapshotStore(net.num_params)
+    store.publish(net.init_params(seed=0))
+    kinds = ("python_env", "native_env", "native_fused")
+    workers = {
+        (kind, n): [_Worker(kind, i, net, store) for i in range(n)]
+        for kind in kinds
+        for n in THREADS
+    }
+    rates: dict[tuple[str, int], list[float]] = {key: [] for key in workers}
+    for _ in range(budget.repeats):
+        for key, ws in workers.items():
+            rates[key].append(_loop_rate(ws, budget))
+    return {
+        kind: {str(n): _sig(statistics.median(rates[(kind, n)])) for n in THREADS} for kind in kinds
+    }
+
+
+def bench_envs(quick: bool = False) -> dict[str, Any]:
+    """``{"env_only": {"rlpar", "gymnasium"[, "envpool"]: steps/s}, "actor_loop": {"python_env"
+    | "native_env" | "native_fused": {"1", "2": env steps/s over all threads}}}``, medians."""
+    budget = QUICK if quick else FULL
+    return {
+        "env_only": _env_only(budget),
+        "actor_loop": _actor_loop(budget),
+        "num_envs": NUM_ENVS,
+        "unroll_length": UNROLL,
+    }
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(bench_envs(), indent=2))
