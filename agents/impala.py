@@ -75,6 +75,7 @@ class Impala(rlpar.Agent):
 
     def init_state(self, net: rlpar.Net, params: np.ndarray) -> rlpar.LearnerState:
         self.layout = PolicyLayout.of(net)
+        self.native_sampling = self.layout.kind == "categorical"  # act() samples the softmax
         return rlpar.LearnerState(params=params, optimizer=self.config.optim.make(net.num_params))
 
     def act(self, net: rlpar.Net, out: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -65,6 +65,12 @@ class Agent(abc.ABC):
     #: discount factor, read by the runtime for nothing but logging; agents use it in `learn`.
     gamma: float = 0.99
 
+    #: True when `act` draws each action from the softmax of the net's Categorical logits.
+    #: The runtime may then run a whole unroll natively on native envs (``rlpar/...`` ids):
+    #: forward, sampling and env steps in one GIL-free call, with a native sampler in place
+    #: of `act`. Leave False if `act` does anything else.
+    native_sampling: bool = False
+
     @abc.abstractmethod
     def net_spec(self, obs_space: gym.Space, action_space: gym.Space) -> NetSpec:
         """The net for these spaces. Raise ValueError naming the space if it is not supported."""

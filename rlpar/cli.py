@@ -7,6 +7,8 @@ lists every subcommand in one place::
     rlpar bench net [--json] [--quick]        native net vs numpy and torch, threads, train step
     rlpar bench snapshot [--json] [--quick]   snapshot store: pin/unpin, publish vs memcpy
     rlpar bench gil [--json] [--quick]        from which batch releasing the GIL pays off
+    rlpar bench runtime [--json] [--quick]    env steps/s of the runtime, 1 and 2 actors
+    rlpar bench envs [--json] [--quick]       native envs vs gymnasium (and EnvPool), actor loops
     rlpar train CONFIG.toml [--set K=V ...]   train an experiment; TensorBoard, checkpoints
     rlpar eval CHECKPOINT [--episodes N]      play episodes with a checkpoint's policy
     rlpar agents [--json]                     registered agents and their config keys
@@ -66,6 +68,8 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
     _add_bench_net(benches)
     _add_bench_snapshot(benches)
     _add_bench_gil(benches)
+    _add_bench_runtime(benches)
+    _add_bench_envs(benches)
 
 
 def _bench_options(parser: argparse.ArgumentParser) -> None:
@@ -125,6 +129,45 @@ def _run_bench_gil(args: argparse.Namespace) -> int:
     return _report(
         bench.bench_gil_threshold(quick=args.quick), bench.format_gil_threshold, args.json
     )
+
+
+def _add_bench_runtime(benches: argparse._SubParsersAction) -> None:
+    p = benches.add_parser(
+        "runtime",
+        help="env steps/s of the actor/learner runtime",
+        description="gymnasium CartPole-v1 with the IMPALA mlp policy: env steps/s with 1 and 2 "
+        "actor threads, the learner idle and busy training. Takes about 40 s.",
+    )
+    _bench_options(p)
+    p.set_defaults(run=_run_bench_runtime)
+
+
+def _run_bench_runtime(args: argparse.Namespace) -> int:
+    from rlpar.bench_runtime import bench_runtime
+
+    return _report(bench_runtime(quick=args.quick), _json_table, args.json)
+
+
+def _add_bench_envs(benches: argparse._SubParsersAction) -> None:
+    p = benches.add_parser(
+        "envs",
+        help="native envs vs gymnasium (and EnvPool when installed)",
+        description="64 CartPoles: env-only stepping of rlpar's native envs, gymnasium and "
+        "EnvPool (when importable), and actor loops with 1 and 2 threads on Python envs, "
+        "native envs and the fused native unroll.",
+    )
+    _bench_options(p)
+    p.set_defaults(run=_run_bench_envs)
+
+
+def _run_bench_envs(args: argparse.Namespace) -> int:
+    from rlpar.bench_envs import bench_envs
+
+    return _report(bench_envs(quick=args.quick), _json_table, args.json)
+
+
+def _json_table(result: dict) -> str:
+    return json.dumps(result, indent=2)
 
 
 def _report(result: dict, table: Callable[[dict], str], as_json: bool) -> int:

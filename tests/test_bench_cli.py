@@ -126,3 +126,12 @@ def test_bench_without_json_prints_a_table(tmp_path) -> None:
     assert "publish / memcpy" in proc.stdout
     with pytest.raises(json.JSONDecodeError):
         json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_bench_runtime_and_envs_json(tmp_path) -> None:
+    r = last_json(rlpar(tmp_path, "bench", "runtime", "--json", "--quick"))
+    assert set(r["env_steps_per_s"]) == {"1", "2"} == set(r["with_learner"])
+    assert all(v > 0 for v in r["env_steps_per_s"].values())
+    e = last_json(rlpar(tmp_path, "bench", "envs", "--json", "--quick"))
+    assert {"rlpar", "gymnasium"} <= set(e["env_only"])
+    assert set(e["actor_loop"]["python_env"]) == {"1", "2"} == set(e["actor_loop"]["native_env"])

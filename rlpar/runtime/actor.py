@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from gymnasium.vector import VectorEnv
 
+from rlpar import _native
 from rlpar.agent import Agent
 from rlpar.nn import Net
 from rlpar.runtime.envs import ActionAdapter, env_seeds, storage_dtype
@@ -18,6 +20,8 @@ from rlpar.runtime.rollout import Rollout
 from rlpar.snapshot import SnapshotStore
 
 __all__ = ["Actor", "ActorStats", "EpisodeLog"]
+
+log = logging.getLogger("rlpar")
 
 POLL_S = 0.05  # how often a blocked thread looks at the stop flag
 
@@ -93,6 +97,16 @@ class Actor:
                 )
             )
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, index, 1 << 20]))
+        # The fused path: native envs and an agent that samples the categorical softmax.
+        self.sampler = None
+        if agent.native_sampling and hasattr(envs, "fused_unroll"):
+            try:
+                envs.check_fused(net)
+            except ValueError as e:
+                log.info("actor %d: Python path (%s)", index, e)
+            else:
+                key = np.random.SeedSequence([seed, index, 1 << 21]).generate_state(1)[0]
+                self.sampler = _native.CategoricalSampler(int(key))
         obs, _ = envs.reset(seed=env_seeds(envs, seed, index, generation))
         self.obs = obs
         self.prev_done = np.zeros(self.num_envs, bool)
@@ -131,6 +145,30 @@ class Actor:
 
     def unroll(self, r: Rollout, episodes: EpisodeLog) -> None:
         """Fill ``r`` with T steps, all acted with one pinned parameter version."""
+        if self.sampler is not None:
+            self._unroll_fused(r, episodes)
+        else:
+            self._unroll_python(r, episodes)
+        r.actor = self.index
+        r.seq = self.seq
+        self.seq += 1
+        self.stats.rollouts += 1
+        self.stats.env_steps += r.env_steps
+
+    def _unroll_fused(self, r: Rollout, episodes: EpisodeLog) -> None:
+        """The whole unroll in one native call (its time counts as env stepping)."""
+        t0 = time.perf_counter()
+        with self.store.pin() as snap:
+            r.version, ends = self.envs.fused_unroll(
+                self.net, snap, self.sampler, r, self.ep_return, self.ep_length
+            )
+        for ret, length in ends:
+            episodes.add(ret, length)
+        self.prev_done = r.terminated[-1] | r.truncated[-1]
+        self.obs = r.obs[-1].copy()
+        self.stats.env_s += time.perf_counter() - t0
+
+    def _unroll_python(self, r: Rollout, episodes: EpisodeLog) -> None:
         net, agent, envs, rng, stats = self.net, self.agent, self.envs, self.rng, self.stats
         clock = time.perf_counter
         with self.store.pin() as snap:
@@ -154,11 +192,6 @@ class Actor:
                 stats.inference_s += t1 - t0
                 stats.env_s += t2 - t1
             r.obs[-1] = self.obs
-        r.actor = self.index
-        r.seq = self.seq
-        self.seq += 1
-        stats.rollouts += 1
-        stats.env_steps += r.env_steps
 
     def _track_episodes(
         self, valid: np.ndarray, reward: np.ndarray, done: np.ndarray, episodes: EpisodeLog

@@ -49,6 +49,8 @@ def make_actor_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
     it has one, else synchronous), with gymnasium's default NEXT_STEP autoreset."""
     if cfg.id not in gym.registry:
         run_setup(cfg.setup)
+    if cfg.id.startswith("rlpar/") and cfg.id not in gym.registry:
+        run_setup("rlpar.envs")  # the native envs register themselves on import
     if cfg.id not in gym.registry:
         close = difflib.get_close_matches(cfg.id, list(gym.registry), n=3)
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
