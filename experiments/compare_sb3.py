@@ -31,7 +31,8 @@ SB3 = textwrap.dedent(
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
 
-    algo, seed, target, window, budget = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    algo, seed, target = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    window, budget = int(sys.argv[4]), int(sys.argv[5])
     torch.set_num_threads(1)
 
     def lin(v):
@@ -61,8 +62,8 @@ SB3 = textwrap.dedent(
     cb = Stop()
     model.learn(total_timesteps=budget, callback=cb)
     wall = time.perf_counter() - start
-    print(json.dumps({"time_to_target_s": wall if cb.hit else None, "env_steps": cb.hit or budget,
-                      "wall_s": wall}))
+    hit = wall if cb.hit else None
+    print(json.dumps({"time_to_target_s": hit, "env_steps": cb.hit or budget, "wall_s": wall}))
     """
 )
 
