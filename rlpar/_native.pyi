@@ -1,0 +1,219 @@
+# Type stub of the compiled module, generated with pybind11-stubgen (regenerate after binding
+# changes: pybind11-stubgen rlpar._native -o /tmp/stubs); tests/test_stub.py keeps it in sync.
+"""
+rlpar native core: shared nets, optimizers and snapshots (GIL released for work)
+"""
+from __future__ import annotations
+import collections.abc
+import numpy
+import numpy.typing
+import typing
+__all__: list[str] = ['CategoricalSampler', 'Net', 'Snapshot', 'SnapshotStore', 'Tape', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_release_threshold', 'global_norm', 'native_env_names', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
+class Tape:
+    """
+    Activations of one forward_train call, consumed by backward.
+    """
+    def release(self) -> None:
+        """
+        Give the workspace back to the net now instead of when the tape is collected.
+        """
+    @property
+    def batch(self) -> int:
+        ...
+class Net:
+    def __init__(self, input_shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], input_uint8: bool, input_scale: typing.SupportsFloat | typing.SupportsIndex, layers: list, heads: list) -> None:
+        ...
+    def backward(self, tape: Tape, dout: typing.Any, grad: typing.Any = None, accumulate: bool = False, release_gil: typing.Any = None, check_finite: bool = False) -> numpy.ndarray:
+        ...
+    def forward(self, params: typing.Any, obs: typing.Any, out: typing.Any = None, release_gil: typing.Any = None, check_finite: bool = False) -> numpy.typing.NDArray[numpy.float32]:
+        ...
+    def forward_train(self, params: typing.Any, obs: typing.Any, out: typing.Any = None, release_gil: typing.Any = None, check_finite: bool = False) -> tuple[numpy.typing.NDArray[numpy.float32], Tape]:
+        ...
+    def workspace_stats(self) -> dict:
+        ...
+    @property
+    def activation_shapes(self) -> list:
+        ...
+    @property
+    def flops_per_sample(self) -> float:
+        ...
+    @property
+    def input_shape(self) -> tuple:
+        ...
+    @property
+    def input_uint8(self) -> bool:
+        ...
+    @property
+    def num_params(self) -> int:
+        ...
+    @property
+    def output_size(self) -> int:
+        ...
+    @property
+    def outputs(self) -> list:
+        ...
+    @property
+    def param_info(self) -> list:
+        ...
+class Snapshot:
+    """
+    A pinned, immutable parameter snapshot. Pass it as `params` to Net.forward, or read `params` (a zero-copy read-only float32 view).
+    """
+    def __array__(self, *args, **kwargs) -> numpy.typing.NDArray[numpy.float32]:
+        ...
+    def __enter__(self) -> typing.Any:
+        ...
+    def __exit__(self, *args) -> None:
+        ...
+    def release(self) -> None:
+        """
+        Drop this object's pin (views handed out keep theirs until they are collected).
+        """
+    @property
+    def params(self) -> numpy.typing.NDArray[numpy.float32]:
+        ...
+    @property
+    def size(self) -> int:
+        ...
+    @property
+    def version(self) -> int:
+        ...
+class SnapshotStore:
+    """
+    Lock-free versioned parameter snapshots: one writer, many readers.
+    """
+    def __init__(self, size: typing.SupportsInt | typing.SupportsIndex, num_slots: typing.SupportsInt | typing.SupportsIndex = 8) -> None:
+        ...
+    def pin(self) -> Snapshot:
+        ...
+    def publish(self, params: typing.Any, version: typing.Any = None, release_gil: typing.Any = None) -> bool:
+        """
+        Copy params into a free slot and make it the latest version. Returns False (and counts a skip) when every spare slot is pinned; never waits.
+        """
+    @property
+    def latest_version(self) -> int:
+        ...
+    @property
+    def num_slots(self) -> int:
+        ...
+    @property
+    def publishes(self) -> int:
+        ...
+    @property
+    def size(self) -> int:
+        ...
+    @property
+    def skipped(self) -> int:
+        ...
+class VecEnv:
+    """
+    K copies of one native game stepped in one call, with gymnasium's NEXT_STEP autoreset and one generator per env (see native/include/rlpar/envs.h).
+    """
+    def __init__(self, name: str, num_envs: typing.SupportsInt | typing.SupportsIndex, max_episode_steps: typing.Any = None) -> None:
+        ...
+    def get_state(self, index: typing.SupportsInt | typing.SupportsIndex) -> tuple[numpy.typing.NDArray[numpy.float64], int]:
+        """
+        (state float64 [state_size], steps since the reset) of env `index`.
+        """
+    def needs_reset(self, index: typing.SupportsInt | typing.SupportsIndex) -> bool:
+        """
+        True when the env's next step is its reset step.
+        """
+    def observe(self) -> numpy.ndarray:
+        """
+        The observation each env returned last.
+        """
+    def reset(self, seeds: typing.Any = None) -> numpy.ndarray:
+        """
+        Reset every env; seeds: uint64 [K] reseeds env i with seeds[i] first (None: each env continues its stream). Returns obs [K, *obs_shape].
+        """
+    def set_state(self, index: typing.SupportsInt | typing.SupportsIndex, state: typing.Any, elapsed: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        """
+        Put env `index` in `state` with `elapsed` steps since its reset; its next step is a normal step.
+        """
+    def step(self, actions: typing.Any, release_gil: typing.Any = None) -> tuple:
+        """
+        Step every env (NEXT_STEP autoreset). actions: integers [K] in [0, num_actions). Returns new arrays (obs [K, *obs_shape], rewards float32 [K], terminated bool [K], truncated bool [K]).
+        """
+    @property
+    def flops_per_step(self) -> float:
+        ...
+    @property
+    def max_episode_steps(self) -> int:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def num_actions(self) -> int:
+        ...
+    @property
+    def num_envs(self) -> int:
+        ...
+    @property
+    def obs_dtype(self) -> numpy.dtype[typing.Any]:
+        ...
+    @property
+    def obs_high(self) -> numpy.ndarray:
+        ...
+    @property
+    def obs_low(self) -> numpy.ndarray:
+        ...
+    @property
+    def obs_shape(self) -> tuple:
+        ...
+    @property
+    def state_size(self) -> int:
+        ...
+class CategoricalSampler:
+    """
+    Draws actions from categorical logits with its own xoshiro256** generator: the sampler of the fused unroll, also usable from Python (same draws from the same seed).
+    """
+    def __init__(self, seed: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def sample(self, logits: typing.Any) -> numpy.typing.NDArray[numpy.int64]:
+        """
+        One action per row of logits float32 [K, n] -> int64 [K].
+        """
+    @property
+    def state(self) -> tuple:
+        """
+        The generator's state (4 ints), to save and restore.
+        """
+    @state.setter
+    def state(self, arg1: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(4)"]) -> None:
+        ...
+def _stop_releasing_gil(timeout_s: typing.SupportsFloat | typing.SupportsIndex = 5.0) -> None:
+    ...
+def actor_critic_loss(out: typing.Any, behaviour: typing.Any, actions: typing.Any, rewards: typing.Any, terminated: typing.Any, truncated: typing.Any, mask: typing.Any, *, policy: str, policy_begin: typing.SupportsInt | typing.SupportsIndex, num_actions: typing.SupportsInt | typing.SupportsIndex, log_std_begin: typing.SupportsInt | typing.SupportsIndex = 0, value_col: typing.SupportsInt | typing.SupportsIndex, gamma: typing.SupportsFloat | typing.SupportsIndex, importance_weighting: bool, rho_bar: typing.SupportsFloat | typing.SupportsIndex = 1.0, c_bar: typing.SupportsFloat | typing.SupportsIndex = 1.0, pg_rho_bar: typing.SupportsFloat | typing.SupportsIndex = 1.0, value_coef: typing.SupportsFloat | typing.SupportsIndex = 0.5, entropy_coef: typing.SupportsFloat | typing.SupportsIndex = 0.01) -> tuple[numpy.typing.NDArray[numpy.float32], dict]:
+    """
+    A3C (importance_weighting=False) or IMPALA V-trace loss and its gradient w.r.t. `out` [T+1, N, O]; see native/include/rlpar/losses.h. Returns (dout, metrics).
+    """
+def adam_step(params: typing.Any, grad: typing.Any, exp_avg: typing.Any, exp_avg_sq: typing.Any, step: typing.SupportsInt | typing.SupportsIndex, lr: typing.SupportsFloat | typing.SupportsIndex, beta1: typing.SupportsFloat | typing.SupportsIndex, beta2: typing.SupportsFloat | typing.SupportsIndex, eps: typing.SupportsFloat | typing.SupportsIndex, weight_decay: typing.SupportsFloat | typing.SupportsIndex, release_gil: typing.Any = None) -> None:
+    ...
+def bench_snapshot(n_floats: typing.SupportsInt | typing.SupportsIndex = 262144, iters: typing.SupportsInt | typing.SupportsIndex = 1000000, repeats: typing.SupportsInt | typing.SupportsIndex = 5) -> dict:
+    ...
+def check_fused_unroll(envs: VecEnv, net: Net) -> None:
+    """
+    Raise ValueError (saying why) unless fused_unroll can run this net on these envs.
+    """
+def clip_by_global_norm(grad: typing.Any, max_norm: typing.SupportsFloat | typing.SupportsIndex) -> float:
+    ...
+def fused_unroll(envs: VecEnv, net: Net, params: typing.Any, sampler: CategoricalSampler, obs: typing.Any, actions: typing.Any, rewards: typing.Any, terminated: typing.Any, truncated: typing.Any, mask: typing.Any, behaviour: typing.Any, ep_return: typing.Any, ep_length: typing.Any, release_gil: typing.Any = None) -> tuple:
+    """
+    One whole unroll of T steps over the K envs in one call (rlpar/unroll.h), written into the rollout arrays (obs [T+1, K, ...], actions int64 [T, K], rewards float32, terminated / truncated / mask bool [T, K], behaviour float32 [T, K, output_size]); ep_return float64 [K] and ep_length int64 [K] carry the episodes in progress. Returns (version of params, [(return, length) of each episode that ended]).
+    """
+def gil_release_threshold() -> float:
+    ...
+def global_norm(grad: typing.Any) -> float:
+    ...
+def native_env_names() -> list[str]:
+    """
+    Names of the games VecEnv can run.
+    """
+def rmsprop_step(params: typing.Any, grad: typing.Any, square_avg: typing.Any, grad_avg: typing.Any, momentum_buffer: typing.Any, lr: typing.SupportsFloat | typing.SupportsIndex, alpha: typing.SupportsFloat | typing.SupportsIndex, eps: typing.SupportsFloat | typing.SupportsIndex, momentum: typing.SupportsFloat | typing.SupportsIndex, weight_decay: typing.SupportsFloat | typing.SupportsIndex, release_gil: typing.Any = None) -> None:
+    ...
+def set_gil_release_threshold(flops: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    ...
+def sgd_step(params: typing.Any, grad: typing.Any, momentum_buffer: typing.Any, lr: typing.SupportsFloat | typing.SupportsIndex, momentum: typing.SupportsFloat | typing.SupportsIndex, weight_decay: typing.SupportsFloat | typing.SupportsIndex, nesterov: bool, release_gil: typing.Any = None) -> None:
+    ...
