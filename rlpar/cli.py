@@ -9,6 +9,7 @@ lists every subcommand in one place::
     rlpar bench gil [--json] [--quick]        from which batch releasing the GIL pays off
     rlpar bench runtime [--json] [--quick]    env steps/s of the runtime, 1 and 2 actors
     rlpar bench envs [--json] [--quick]       native envs vs gymnasium (and EnvPool), actor loops
+    rlpar bench ray [--json] [--quick]        threads vs Ray backend, same actors (needs rlpar[ray])
     rlpar train CONFIG.toml [--set K=V ...]   train an experiment; TensorBoard, checkpoints
     rlpar eval CHECKPOINT [--episodes N]      play episodes with a checkpoint's policy
     rlpar agents [--json]                     registered agents and their config keys
@@ -70,6 +71,7 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
     _add_bench_gil(benches)
     _add_bench_runtime(benches)
     _add_bench_envs(benches)
+    _add_bench_ray(benches)
 
 
 def _bench_options(parser: argparse.ArgumentParser) -> None:
@@ -164,6 +166,23 @@ def _run_bench_envs(args: argparse.Namespace) -> int:
     from rlpar.bench_envs import bench_envs
 
     return _report(bench_envs(quick=args.quick), _json_table, args.json)
+
+
+def _add_bench_ray(benches: argparse._SubParsersAction) -> None:
+    p = benches.add_parser(
+        "ray",
+        help="env steps/s and policy lag: threads vs Ray backend (needs rlpar[ray])",
+        description="cartpole_impala with the same number of actors on the threads backend and "
+        "on a local Ray instance (127.0.0.1 only): env steps/s and mean policy lag.",
+    )
+    _bench_options(p)
+    p.set_defaults(run=_run_bench_ray)
+
+
+def _run_bench_ray(args: argparse.Namespace) -> int:
+    from rlpar.bench_ray import bench_ray
+
+    return _report(bench_ray(quick=args.quick), _json_table, args.json)
 
 
 def _json_table(result: dict) -> str:

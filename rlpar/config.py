@@ -121,6 +121,13 @@ def _check(ok: bool, key: str, expected: str, value: Any) -> None:
         raise ConfigError(f"{key}: expected {expected}, got {value!r}")
 
 
+def _is_ray_address(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    return address == "auto" or (
+        bool(host) and "/" not in host and port.isdigit() and 0 < int(port) < 65536
+    )
+
+
 @dataclass(frozen=True)
 class EnvConfig:
     """Which environment every actor runs."""
@@ -173,6 +180,16 @@ class RuntimeConfig:
     """How long shutdown waits for each thread before reporting it as stuck."""
     checkpoint_interval_s: float | None = 60.0
     """Write a checkpoint this often (None: only at the end)."""
+    backend: str = "threads"
+    """Where the actors run: "threads" (threads of this process: the fastest on one machine) or
+    "ray" (Ray actor processes, on this machine or a cluster; the learner stays in this process;
+    needs `pip install "rlpar[ray]"`)."""
+    ray_address: str | None = None
+    """Backend "ray": None starts a local Ray instance (listening on 127.0.0.1 only); "auto" or
+    "host:port" joins a running cluster (`ray start --head`)."""
+    ray_actor_threads: int = 1
+    """Backend "ray": actor threads per Ray actor process (num_actors must be a multiple); the
+    threads of one process share one native net and one snapshot store."""
 
     def __post_init__(self) -> None:
         for key in ("num_actors", "envs_per_actor", "unroll_length", "batch_rollouts"):
@@ -207,6 +224,25 @@ class RuntimeConfig:
             "checkpoint_interval_s",
             "None or a number > 0",
             self.checkpoint_interval_s,
+        )
+        _check(self.backend in ("threads", "ray"), "backend", '"threads" or "ray"', self.backend)
+        _check(
+            self.ray_address is None or _is_ray_address(self.ray_address),
+            "ray_address",
+            'None, "auto" or "host:port" (Ray Client "ray://" addresses are not supported)',
+            self.ray_address,
+        )
+        _check(
+            self.ray_actor_threads >= 1 and self.num_actors % self.ray_actor_threads == 0,
+            "ray_actor_threads",
+            f"an integer >= 1 that divides num_actors ({self.num_actors})",
+            self.ray_actor_threads,
+        )
+        _check(
+            not (self.deterministic and self.backend == "ray"),
+            "deterministic",
+            'false with backend "ray" (the fixed schedule needs backend "threads")',
+            self.deterministic,
         )
         if self.deterministic:
             _check(

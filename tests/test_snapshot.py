@@ -171,3 +171,15 @@ def test_views_and_tapes_keep_the_store_alive() -> None:
     del store, snap
     np.testing.assert_array_equal(view, expected)
     assert net.backward(tape, np.ones_like(out)).shape == (net.num_params,)
+
+
+def test_arrays_that_went_through_pickle_are_accepted() -> None:
+    """A pickled float32 array has an equal but distinct dtype object (Ray sends arrays so)."""
+    import pickle
+
+    net = rlpar.Net(rlpar.mlp_spec(4, [rlpar.Categorical(2), rlpar.Value()]))
+    params = pickle.loads(pickle.dumps(net.init_params(seed=0)))
+    store = rlpar.SnapshotStore(net.num_params)
+    assert store.publish(params)
+    obs = pickle.loads(pickle.dumps(np.ones((3, 4), np.float32)))
+    np.testing.assert_array_equal(net.forward(params, obs), net.forward(store.pin(), obs))

@@ -82,7 +82,7 @@ py::array obs_buffer(const VecEnv& envs, int64_t leading) {
 
 py::array_t<uint64_t> checked_seeds(const VecEnv& envs, py::handle obj) {
   py::array a = to_array(obj, "seeds");
-  if (!a.dtype().is(py::dtype::of<uint64_t>())) {
+  if (!rlpar_py::same_dtype<uint64_t>(a)) {
     throw py::type_error("seeds must be a uint64 array, got dtype " + dtype_of(a));
   }
   if (a.ndim() != 1 || a.shape(0) != envs.num_envs()) {
@@ -141,7 +141,7 @@ T* rollout_array(py::handle obj, const char* what, const std::vector<py::ssize_t
     throw py::type_error(std::string(what) + " must be a numpy array, got " + type_name(obj));
   }
   auto a = py::reinterpret_borrow<py::array>(obj);
-  if (!a.dtype().is(py::dtype::of<T>())) {
+  if (!rlpar_py::same_dtype<T>(a)) {
     throw py::type_error(std::string(what) + " must be " +
                          py::str(py::dtype::of<T>()).cast<std::string>() + ", got " + dtype_of(a));
   }
@@ -181,7 +181,7 @@ UnrollParams unroll_params(const Net& net, py::handle obj) {
   }
   p.array = to_array(obj, "params");
   const py::array& a = p.array;
-  if (!a.dtype().is(py::dtype::of<float>())) {
+  if (!rlpar_py::same_dtype<float>(a)) {
     throw py::type_error("params must be a Snapshot or a float32 array, got dtype " + dtype_of(a));
   }
   if (a.ndim() != 1 || a.shape(0) != net.num_params() || !(a.flags() & py::array::c_style)) {
@@ -326,7 +326,7 @@ void bind_envs(py::module_& m) {
       .def("sample",
            [](CategoricalSampler& s, py::handle logits) {
              py::array a = to_array(logits, "logits");
-             if (!a.dtype().is(py::dtype::of<float>())) {
+             if (!rlpar_py::same_dtype<float>(a)) {
                throw py::type_error("logits must be float32, got " + dtype_of(a));
              }
              if (a.ndim() != 2 || a.shape(0) < 1 || a.shape(1) < 1) {

@@ -2,6 +2,7 @@
 // exit waits for calls that could let other threads run.
 #pragma once
 
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 
 namespace rlpar_py {
 
@@ -80,6 +82,21 @@ inline void stop_releasing_gil(double timeout_s) {
   while (g_released_calls.load() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+}
+
+// numpy dtype check by type number: dtype objects are not unique (one that went through pickle
+// is equal to, but not the same object as, np.dtype("float32")), so identity is wrong, and
+// building dtype objects per call is slow.
+template <typename T>
+bool same_dtype(const py::array& a) {
+  // By kind and size: type numbers are ambiguous too (int64 is NPY_LONG or NPY_LONGLONG).
+  constexpr char kind = std::is_same_v<T, bool>          ? 'b'
+                        : std::is_floating_point_v<T>    ? 'f'
+                        : std::is_signed_v<T>            ? 'i'
+                                                         : 'u';
+  const auto* d = py::detail::array_descriptor_proxy(py::detail::array_proxy(a.ptr())->descr);
+  return d->kind == kind && a.itemsize() == static_cast<py::ssize_t>(sizeof(T)) &&
+         d->byteorder != '>';
 }
 
 }  // namespace rlpar_py

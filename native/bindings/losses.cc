@@ -26,8 +26,8 @@ py::array checked(py::handle obj, const char* name, const std::vector<py::ssize_
   auto a = py::array::ensure(obj);
   if (!a) throw py::type_error(std::string(name) + " must be a numpy array");
   const bool want_bytes = std::is_same_v<T, uint8_t>;
-  const bool ok_dtype = a.dtype().is(py::dtype::of<T>()) ||
-                        (want_bytes && a.dtype().is(py::dtype::of<bool>()));
+  const bool ok_dtype = rlpar_py::same_dtype<T>(a) ||
+                        (want_bytes && rlpar_py::same_dtype<bool>(a));
   if (!ok_dtype) {
     throw py::type_error(std::string(name) + " must be " +
                          py::str(py::dtype::of<T>()).cast<std::string>() + ", got " +

@@ -73,9 +73,7 @@ py::array as_array(py::handle obj, const char* what) {
 
 template <typename T>
 bool has_dtype(const py::array& a) {
-  // Compares numpy's type number in place: building dtype objects costs ~100 ns a call.
-  const auto* descr = py::detail::array_descriptor_proxy(py::detail::array_proxy(a.ptr())->descr);
-  return descr->type_num == py::detail::npy_format_descriptor<T>::value;
+  return rlpar_py::same_dtype<T>(a);
 }
 
 void require_float32(const py::array& a, const char* what) {

@@ -62,7 +62,7 @@ void bind_snapshot(py::module_& m) {
       .def("publish",
            [](PyStore& s, py::handle params, py::object version, py::object release_gil) {
              auto a = py::array::ensure(params);
-             if (!a || !a.dtype().is(py::dtype::of<float>())) {
+             if (!a || !rlpar_py::same_dtype<float>(a)) {
                throw py::type_error("params must be a float32 numpy array");
              }
              if (a.ndim() != 1 || static_cast<size_t>(a.shape(0)) != s.store->size() ||

@@ -115,13 +115,18 @@ class Runner:
         resumed = load_checkpoint(resume) if resume is not None else None
         generation = int(resumed.counters.get("generation", 0)) + 1 if resumed else 0
         self._envs = []
+        self.ray = None  # the Ray actor processes (backend "ray"), see rlpar/runtime/ray_backend.py
         try:
-            for _ in range(cfg.num_actors):
-                self._envs.append(make_actor_envs(env, cfg.envs_per_actor))
-            first = self._envs[0]
-            self.net = Net(
-                agent.net_spec(first.single_observation_space, first.single_action_space)
-            )
+            if cfg.backend == "ray":
+                from rlpar.runtime.ray_backend import RayActors  # Ray is an optional dependency
+
+                self.ray = RayActors(env, cfg)
+                spaces = self.ray.spaces
+            else:
+                for _ in range(cfg.num_actors):
+                    self._envs.append(make_actor_envs(env, cfg.envs_per_actor))
+                spaces = (self._envs[0].single_observation_space, self._envs[0].single_action_space)
+            self.net = Net(agent.net_spec(*spaces))
             params = self.net.init_params(seed=cfg.seed)
             self.state: LearnerState = agent.init_state(self.net, params)
             if resumed is not None:
@@ -143,6 +148,8 @@ class Runner:
                 )
                 for i, envs in enumerate(self._envs)
             ]
+            if self.ray is not None:
+                self.actors = self.ray.start(agent, self.net, self.store, generation)
         except BaseException:
             self.close()
             raise
@@ -151,6 +158,10 @@ class Runner:
                 self.actors, resumed.rng_states.get("actors", []), strict=False
             ):
                 actor.rng.bit_generator.state = rng_state
+            samplers = resumed.rng_states.get("samplers", [])
+            for actor, sampler_state in zip(self.actors, samplers, strict=False):
+                if sampler_state is not None and getattr(actor, "sampler", None) is not None:
+                    actor.sampler.state = tuple(sampler_state)
         self._base_env_steps = int(resumed.counters.get("env_steps", 0)) if resumed else 0
         self._base_episodes = int(resumed.counters.get("episodes", 0)) if resumed else 0
         self._generation = generation
@@ -303,6 +314,8 @@ class Runner:
             if envs is not None and f"rlpar-actor-{i}" not in stuck:
                 envs.close()
                 self._envs[i] = None
+        if self.ray is not None:
+            self.ray.close()
 
     # ----------------------------------------------------------------------------- threads
 
@@ -415,7 +428,13 @@ class Runner:
                 "episodes": self._base_episodes + self.episodes.count,
                 "generation": self._generation,
             },
-            rng_states={"actors": [a.rng.bit_generator.state for a in self.actors]},
+            rng_states={
+                "actors": [a.rng.bit_generator.state for a in self.actors],
+                "samplers": [
+                    list(a.sampler.state) if getattr(a, "sampler", None) else None
+                    for a in self.actors
+                ],
+            },
             config=self.config,
             net_signature=net_signature(self.net),
             extra={"agent": dict(self.state.extra)},
