@@ -15,20 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import gymnasium as gym
-import numpy as np
-
 import rlpar
 
-from .common import (
-    NetConfig,
-    OptimConfig,
-    PolicyLayout,
-    actor_critic_spec,
-    actor_critic_step,
-    greedy_actions,
-    sample_actions,
-)
+from .common import ActorCriticAgent, NetConfig, OptimConfig, actor_critic_step
 
 
 @dataclass(frozen=True)
@@ -53,28 +42,10 @@ class A3CConfig:
             raise rlpar.ConfigError(f"gamma: expected a number in [0, 1], got {self.gamma}")
 
 
-class A3C(rlpar.Agent):
+class A3C(ActorCriticAgent):
     """Advantage actor-critic on n-step returns (no off-policy correction)."""
 
     Config = A3CConfig
-
-    def __init__(self, config: A3CConfig) -> None:
-        self.config = config
-        self.gamma = config.gamma
-
-    def net_spec(self, obs_space: gym.Space, action_space: gym.Space) -> rlpar.NetSpec:
-        return actor_critic_spec(obs_space, action_space, self.config.net)
-
-    def init_state(self, net: rlpar.Net, params: np.ndarray) -> rlpar.LearnerState:
-        self.layout = PolicyLayout.of(net)
-        self.native_sampling = self.layout.kind == "categorical"  # act() samples the softmax
-        return rlpar.LearnerState(params=params, optimizer=self.config.optim.make(net.num_params))
-
-    def act(self, net: rlpar.Net, out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        return sample_actions(self.layout, out, rng)
-
-    def greedy(self, net: rlpar.Net, out: np.ndarray) -> np.ndarray:
-        return greedy_actions(self.layout, out)
 
     def learn(self, net: rlpar.Net, state: rlpar.LearnerState, batch: rlpar.Batch) -> dict:
         c = self.config

@@ -170,3 +170,26 @@ def actor_critic_step(
     state.optimizer.step(state.params, grad)
     metrics["learning_rate"] = state.optimizer.lr
     return metrics
+
+
+class ActorCriticAgent(rlpar.Agent):
+    """What A3C and IMPALA share around their learner step: the net for the spaces, and acting
+    by sampling the policy head. A subclass sets ``Config`` and writes `learn`."""
+
+    def __init__(self, config) -> None:  # a config with gamma, net and optim
+        self.config = config
+        self.gamma = config.gamma
+
+    def net_spec(self, obs_space: gym.Space, action_space: gym.Space) -> rlpar.NetSpec:
+        return actor_critic_spec(obs_space, action_space, self.config.net)
+
+    def init_state(self, net: rlpar.Net, params: np.ndarray) -> rlpar.LearnerState:
+        self.layout = PolicyLayout.of(net)
+        self.native_sampling = self.layout.kind == "categorical"  # act() samples the softmax
+        return rlpar.LearnerState(params=params, optimizer=self.config.optim.make(net.num_params))
+
+    def act(self, net: rlpar.Net, out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return sample_actions(self.layout, out, rng)
+
+    def greedy(self, net: rlpar.Net, out: np.ndarray) -> np.ndarray:
+        return greedy_actions(self.layout, out)

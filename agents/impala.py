@@ -14,20 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import gymnasium as gym
-import numpy as np
-
 import rlpar
 
-from .common import (
-    NetConfig,
-    OptimConfig,
-    PolicyLayout,
-    actor_critic_spec,
-    actor_critic_step,
-    greedy_actions,
-    sample_actions,
-)
+from .common import ActorCriticAgent, NetConfig, OptimConfig, actor_critic_step
 
 
 @dataclass(frozen=True)
@@ -61,28 +50,10 @@ class ImpalaConfig:
                 raise rlpar.ConfigError(f"{key}: expected a number > 0, got {getattr(self, key)}")
 
 
-class Impala(rlpar.Agent):
+class Impala(ActorCriticAgent):
     """IMPALA with V-trace, computed natively inside the GIL-free learner step."""
 
     Config = ImpalaConfig
-
-    def __init__(self, config: ImpalaConfig) -> None:
-        self.config = config
-        self.gamma = config.gamma
-
-    def net_spec(self, obs_space: gym.Space, action_space: gym.Space) -> rlpar.NetSpec:
-        return actor_critic_spec(obs_space, action_space, self.config.net)
-
-    def init_state(self, net: rlpar.Net, params: np.ndarray) -> rlpar.LearnerState:
-        self.layout = PolicyLayout.of(net)
-        self.native_sampling = self.layout.kind == "categorical"  # act() samples the softmax
-        return rlpar.LearnerState(params=params, optimizer=self.config.optim.make(net.num_params))
-
-    def act(self, net: rlpar.Net, out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        return sample_actions(self.layout, out, rng)
-
-    def greedy(self, net: rlpar.Net, out: np.ndarray) -> np.ndarray:
-        return greedy_actions(self.layout, out)
 
     def learn(self, net: rlpar.Net, state: rlpar.LearnerState, batch: rlpar.Batch) -> dict:
         c = self.config
