@@ -52,6 +52,8 @@ SCALAR_TAGS: dict[str, str] = {
     "policy_lag/max": "The largest lag in the last batch (compare with `runtime.max_policy_lag`).",
     "runtime/dropped_rollouts": "Rollouts dropped for a lag above `runtime.max_policy_lag` "
     "(a running total).",
+    "runtime/lost_rollouts": "Rollouts lost with a Ray actor process that died (Ray backend; "
+    "0 with threads).",
     "runtime/skipped_publishes": "Parameter publishes skipped because every snapshot slot was "
     "pinned (a running total; should stay 0).",
     "runtime/queue_depth": "Rollouts waiting for the learner. Near full: the learner is the "
@@ -244,6 +246,7 @@ class TensorBoardMonitor:
         values["policy_lag/max"] = p.policy_lag_max
         values["runtime/dropped_rollouts"] = p.dropped_rollouts
         values["runtime/skipped_publishes"] = p.skipped_publishes
+        values["runtime/lost_rollouts"] = p.lost_rollouts
         values["runtime/queue_depth"] = p.queue_depth
         values["runtime/snapshot_version"] = p.version
         for name, value in p.metrics.items():

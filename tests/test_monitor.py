@@ -212,6 +212,7 @@ def progress(env_steps: int, wall_s: float, mean_return: float | None = 21.5) ->
         policy_lag_max=2,
         dropped_rollouts=0,
         skipped_publishes=0,
+        lost_rollouts=0,
         queue_depth=1,
         stage_fractions={},
         metrics={},

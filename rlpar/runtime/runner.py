@@ -61,6 +61,7 @@ class Progress:
     policy_lag_max: int
     dropped_rollouts: int
     skipped_publishes: int
+    lost_rollouts: int
     queue_depth: int
     stage_fractions: dict[str, float]
     metrics: dict[str, float]
@@ -226,6 +227,7 @@ class Runner:
             policy_lag_max=ls.lag_max,
             dropped_rollouts=ls.dropped_rollouts,
             skipped_publishes=ls.skipped_publishes,
+            lost_rollouts=self.ray.lost_rollouts if self.ray is not None else 0,
             queue_depth=self.queue.qsize(),
             stage_fractions={k: (v / total if total > 0 else 0.0) for k, v in stages.items()},
             metrics=dict(ls.metrics),
