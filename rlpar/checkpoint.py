@@ -59,6 +59,7 @@ __all__ = [
     "FORMAT_VERSION",
     "Checkpoint",
     "CheckpointError",
+    "check_signature",
     "checkpoint_path",
     "latest_checkpoint",
     "load_checkpoint",
@@ -328,6 +329,13 @@ def _check_size(params: np.ndarray, signature: Signature) -> None:
     total = sum(math.prod(shape) for _, shape in signature)
     if total != params.size:
         raise ValueError(f"net_signature describes {total} parameters but params has {params.size}")
+
+
+def check_signature(
+    ckpt: Checkpoint, expected: Sequence[tuple[str, Sequence[int]]], path: str | os.PathLike[str]
+) -> None:
+    """Raise CheckpointError unless ``ckpt`` (loaded from ``path``) is for ``expected``."""
+    _check_signature(Path(path), _normalise(expected), _normalise(ckpt.net_signature))
 
 
 def _check_signature(path: Path, expected: Signature, found: Signature) -> None:

@@ -299,3 +299,19 @@ def test_one_shared_net_serves_every_actor() -> None:
     assert all(a.net is runner.net for a in runner.actors)
     runner.run()
     assert isinstance(runner.net, rlpar.Net)
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (("impala", EnvConfig(), RuntimeConfig()), r"agent must be an rlpar.Agent, got str"),
+        ((TinyAgent(), "CartPole-v1", RuntimeConfig()), r"env must be an rlpar.EnvConfig, got str"),
+        (
+            (TinyAgent(), EnvConfig(), {"num_actors": 1}),
+            r"runtime must be .*RuntimeConfig, got dict",
+        ),
+    ],
+)
+def test_runner_arguments_of_the_wrong_type_are_named(args, match) -> None:
+    with pytest.raises(TypeError, match=match):
+        Runner(*args)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 import rlpar
+import rlpar.checkpoint
 from rlpar import _native
 from rlpar.config import EnvConfig, RuntimeConfig
 
@@ -58,3 +59,16 @@ def test_gymnasium_envs_keep_the_python_path() -> None:
     )
     assert runner.actors[0].sampler is None
     runner.close()
+
+
+def test_checkpoints_keep_and_resume_restores_the_native_sampler(tmp_path) -> None:
+    runtime = RuntimeConfig(num_actors=1, envs_per_actor=8, unroll_length=8, batch_rollouts=1,
+                            total_env_steps=5_000, checkpoint_interval_s=None)  # fmt: skip
+    env = EnvConfig("rlpar/CartPole-v1")
+    first = rlpar.Runner(rlpar.make_agent("impala"), env, runtime, checkpoint_dir=tmp_path)
+    result = first.run()
+    saved = rlpar.checkpoint.load_checkpoint(result.checkpoint).rng_states["samplers"][0]
+    assert saved == list(first.actors[0].sampler.state)
+    second = rlpar.Runner(rlpar.make_agent("impala"), env, runtime, resume=result.checkpoint)
+    assert list(second.actors[0].sampler.state) == saved
+    second.close()

@@ -114,6 +114,25 @@ class Actor:
         self.ep_length = np.zeros(self.num_envs, np.int64)
         self.stats = ActorStats()
         self.seq = 0
+        self._rng_state = self._read_rng_state()
+
+    def rng_state(self) -> dict:
+        """The sampling generators' states as of the last finished unroll (what a checkpoint
+        keeps). Copied by the actor thread itself: reading a generator that another thread is
+        drawing from (the native sampler draws with the GIL released) would race."""
+        return self._rng_state
+
+    def set_rng_state(self, numpy_state: dict | None, sampler_state: list | None) -> None:
+        """Restore what `rng_state` returned (None leaves that generator as it is)."""
+        if numpy_state is not None:
+            self.rng.bit_generator.state = numpy_state
+        if sampler_state is not None and self.sampler is not None:
+            self.sampler.state = tuple(sampler_state)
+        self._rng_state = self._read_rng_state()
+
+    def _read_rng_state(self) -> dict:
+        sampler = list(self.sampler.state) if self.sampler is not None else None
+        return {"numpy": self.rng.bit_generator.state, "sampler": sampler}
 
     def run(
         self,
@@ -154,6 +173,7 @@ class Actor:
         self.seq += 1
         self.stats.rollouts += 1
         self.stats.env_steps += r.env_steps
+        self._rng_state = self._read_rng_state()
 
     def _unroll_fused(self, r: Rollout, episodes: EpisodeLog) -> None:
         """The whole unroll in one native call (its time counts as env stepping)."""

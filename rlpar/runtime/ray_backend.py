@@ -290,6 +290,15 @@ class RemoteActor:
         self._dead_pid = 0
         self._seen: tuple[int, float, float, float] = (0, 0.0, 0.0, 0.0)
 
+    def rng_state(self) -> dict:
+        """The sampler state the process reported last (the driver's copy, read under the GIL)."""
+        return {"numpy": self.rng.bit_generator.state, "sampler": None}
+
+    def set_rng_state(self, numpy_state: dict | None, sampler_state: list | None) -> None:
+        """Restore the state the next (re)started process thread samples from."""
+        if numpy_state is not None:
+            self.rng.bit_generator.state = numpy_state
+
     def run(
         self,
         stop: threading.Event,

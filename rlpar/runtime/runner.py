@@ -23,6 +23,7 @@ import numpy as np
 from rlpar.agent import Agent, LearnerState
 from rlpar.checkpoint import (
     Checkpoint,
+    check_signature,
     checkpoint_path,
     load_checkpoint,
     net_signature,
@@ -104,6 +105,13 @@ class Runner:
         config: dict[str, Any] | None = None,
         keep_checkpoints: int = 3,
     ) -> None:
+        for value, cls, name in ((agent, Agent, "agent"), (env, EnvConfig, "env"),
+                                 (runtime, RuntimeConfig, "runtime")):  # fmt: skip
+            if not isinstance(value, cls):
+                raise TypeError(
+                    f"Runner {name} must be an rlpar.{cls.__name__}, got {type(value).__name__}"
+                    + (" (build one with rlpar.make_agent(name))" if cls is Agent else "")
+                )
         self.agent, self.env_cfg, self.cfg = agent, env, runtime
         self.config = (
             config if config is not None else {"env": to_dict(env), "runtime": to_dict(runtime)}
@@ -155,14 +163,13 @@ class Runner:
             self.close()
             raise
         if resumed is not None:
-            for actor, rng_state in zip(
-                self.actors, resumed.rng_states.get("actors", []), strict=False
-            ):
-                actor.rng.bit_generator.state = rng_state
-            samplers = resumed.rng_states.get("samplers", [])
-            for actor, sampler_state in zip(self.actors, samplers, strict=False):
-                if sampler_state is not None and getattr(actor, "sampler", None) is not None:
-                    actor.sampler.state = tuple(sampler_state)
+            states = resumed.rng_states
+            for i, actor in enumerate(self.actors):
+                numpy_states, samplers = states.get("actors", []), states.get("samplers", [])
+                actor.set_rng_state(
+                    numpy_states[i] if i < len(numpy_states) else None,
+                    samplers[i] if i < len(samplers) else None,
+                )
         self._base_env_steps = int(resumed.counters.get("env_steps", 0)) if resumed else 0
         self._base_episodes = int(resumed.counters.get("episodes", 0)) if resumed else 0
         self._generation = generation
@@ -431,11 +438,8 @@ class Runner:
                 "generation": self._generation,
             },
             rng_states={
-                "actors": [a.rng.bit_generator.state for a in self.actors],
-                "samplers": [
-                    list(a.sampler.state) if getattr(a, "sampler", None) else None
-                    for a in self.actors
-                ],
+                "actors": [a.rng_state()["numpy"] for a in self.actors],
+                "samplers": [a.rng_state()["sampler"] for a in self.actors],
             },
             config=self.config,
             net_signature=net_signature(self.net),
@@ -453,8 +457,7 @@ class Runner:
         return path
 
     def _restore(self, ckpt: Checkpoint, path: str | Path) -> None:
-        expected = net_signature(self.net)
-        load_checkpoint(path, expected_signature=expected)  # the same file, checked against us
+        check_signature(ckpt, net_signature(self.net), path)
         self.state.params[...] = ckpt.params
         self.state.optimizer.load_state_dict(ckpt.optimizer)
         self.state.steps = int(ckpt.counters["learner_steps"])
