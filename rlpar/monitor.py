@@ -66,8 +66,11 @@ SCALAR_TAGS: dict[str, str] = {
     "loss/entropy": "Mean entropy of the policy. A collapse to 0 early means it stopped exploring.",
     "optim/grad_norm": "Global gradient norm before clipping (`agent.optim.max_grad_norm`).",
     "optim/learning_rate": "The optimizer's learning rate.",
-    "time_fraction/env_step": "Share of the run's thread time spent stepping envs (actors).",
-    "time_fraction/inference": "Share spent in the actors' forward passes and sampling.",
+    "time_fraction/env_step": "Share of the run's thread time spent stepping envs (actors). "
+    "With native envs and the fused unroll it includes the forward passes and sampling, which "
+    "run inside the same native call.",
+    "time_fraction/inference": "Share spent in the actors' forward passes and sampling (0 on "
+    "the fused path).",
     "time_fraction/queue_wait": "Share spent waiting on the rollout queue, by actors (queue "
     "full: the learner is the bottleneck) or by the learner (empty: the actors are).",
     "time_fraction/learn": "Share spent in the learner step (forward, loss, backward, update).",
