@@ -286,6 +286,31 @@ def test_deterministic_mode_gives_bit_identical_parameters() -> None:
     assert not np.array_equal(a, c)
 
 
+def test_deterministic_mode_stops_at_the_target_at_the_same_step_every_time() -> None:
+    """The target check runs on the learner thread, over episodes the learner logged in batch
+    order: the stop point and the reported return do not depend on thread timing."""
+
+    def run() -> tuple:
+        cfg = small_runtime(
+            deterministic=True,
+            seed=3,
+            total_env_steps=20_000,
+            buffers_per_actor=2,
+            batch_rollouts=4,
+            target_return=25.0,
+        )
+        runner = Runner(TinyAgent(), EnvConfig("CartPole-v1"), cfg)
+        res = runner.run()
+        assert res.stopped_by == "target_return"
+        assert res.mean_return is not None and res.mean_return >= 25.0
+        assert res.env_steps == res.learner_steps * 4 * 5 * 3
+        return res.mean_return, res.env_steps, res.learner_steps, res.episodes, runner.state.params
+
+    first, second = run(), run()
+    assert first[:4] == second[:4]
+    np.testing.assert_array_equal(first[4], second[4])
+
+
 def test_bad_env_and_spaces_fail_at_start_up() -> None:
     with pytest.raises(ValueError, match=r"unknown environment id 'CartPole-v9'.*CartPole-v1"):
         Runner(TinyAgent(), EnvConfig("CartPole-v9"), small_runtime())

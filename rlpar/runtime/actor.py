@@ -59,6 +59,18 @@ class EpisodeLog:
             return self.episodes[-n:]
 
 
+class _RideAlong:
+    """Deterministic mode: an unroll's finished episodes ride with the rollout (``ended``) and
+    the learner logs them in batch order, so the log never depends on thread timing."""
+
+    def __init__(self, r: Rollout) -> None:
+        r.ended.clear()
+        self.ended = r.ended
+
+    def add(self, ret: float, length: int) -> None:
+        self.ended.append((ret, length))
+
+
 class Actor:
     """Owns K envs, an action sampler and a few preallocated rollouts (see rlpar.agent)."""
 
@@ -155,14 +167,14 @@ class Actor:
                 self.stats.queue_wait_s += time.perf_counter() - t0
                 if rollout is None:
                     return
-                self.unroll(rollout, episodes)
+                self.unroll(rollout, episodes if wait_for_version is None else _RideAlong(rollout))
                 t0 = time.perf_counter()
                 if not _put(out_queue, rollout, stop):
                     return
                 self.stats.queue_wait_s += time.perf_counter() - t0
             version += 1
 
-    def unroll(self, r: Rollout, episodes: EpisodeLog) -> None:
+    def unroll(self, r: Rollout, episodes: EpisodeLog | _RideAlong) -> None:
         """Fill ``r`` with T steps, all acted with one pinned parameter version."""
         if self.sampler is not None:
             self._unroll_fused(r, episodes)
@@ -175,7 +187,7 @@ class Actor:
         self.stats.env_steps += r.env_steps
         self._rng_state = self._read_rng_state()
 
-    def _unroll_fused(self, r: Rollout, episodes: EpisodeLog) -> None:
+    def _unroll_fused(self, r: Rollout, episodes: EpisodeLog | _RideAlong) -> None:
         """The whole unroll in one native call (its time counts as env stepping)."""
         t0 = time.perf_counter()
         with self.store.pin() as snap:
@@ -188,7 +200,7 @@ class Actor:
         self.obs = r.obs[-1].copy()
         self.stats.env_s += time.perf_counter() - t0
 
-    def _unroll_python(self, r: Rollout, episodes: EpisodeLog) -> None:
+    def _unroll_python(self, r: Rollout, episodes: EpisodeLog | _RideAlong) -> None:
         net, agent, envs, rng, stats = self.net, self.agent, self.envs, self.rng, self.stats
         clock = time.perf_counter
         with self.store.pin() as snap:
@@ -214,7 +226,11 @@ class Actor:
             r.obs[-1] = self.obs
 
     def _track_episodes(
-        self, valid: np.ndarray, reward: np.ndarray, done: np.ndarray, episodes: EpisodeLog
+        self,
+        valid: np.ndarray,
+        reward: np.ndarray,
+        done: np.ndarray,
+        episodes: EpisodeLog | _RideAlong,
     ) -> None:
         self.ep_return += np.where(valid, reward, 0.0)
         self.ep_length += valid

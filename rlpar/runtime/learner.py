@@ -12,7 +12,7 @@ import numpy as np
 
 from rlpar.agent import Agent, LearnerState
 from rlpar.nn import Net
-from rlpar.runtime.actor import POLL_S, Actor
+from rlpar.runtime.actor import POLL_S, Actor, EpisodeLog
 from rlpar.runtime.rollout import Batch, Rollout
 from rlpar.snapshot import SnapshotStore
 
@@ -73,6 +73,7 @@ class Learner:
         deterministic: bool,
         clock: VersionClock,
         after_step: Callable[[], None] | None = None,
+        episodes: EpisodeLog | None = None,
     ) -> None:
         self.agent, self.net, self.state, self.store = agent, net, state, store
         self.actors = actors
@@ -81,6 +82,7 @@ class Learner:
         self.deterministic = deterministic
         self.clock = clock
         self.after_step = after_step
+        self.episodes = episodes
         self.stats = LearnerStats()
 
     @property
@@ -103,8 +105,12 @@ class Learner:
         if self.deterministic:
             rollouts.sort(key=lambda r: (r.actor, r.seq))
         batch = Batch.stack(rollouts, self.version)
+        ended = [e for r in rollouts for e in r.ended] if self.deterministic else []
         for r in rollouts:
             self.actors[r.actor].free.put(r)
+        if self.episodes is not None:
+            for ret, length in ended:  # deterministic mode: logged in batch order
+                self.episodes.add(ret, length)
         t0 = time.perf_counter()
         metrics = self.agent.learn(self.net, self.state, batch)
         self.state.steps += 1

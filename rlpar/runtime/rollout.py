@@ -16,7 +16,7 @@ termination wins, there is no bootstrap.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -35,6 +35,8 @@ class Rollout:
     - ``behaviour``: [T, K, output_size] float32, the net outputs the actions were drawn from
     - ``version``: the parameter snapshot version used for the whole unroll
     - ``actor``, ``seq``: which actor produced it and its running count there
+    - ``ended``: (return, length) of the episodes that ended in it, deterministic mode only
+      (the learner logs them in batch order, so the episode log does not depend on timing)
     """
 
     obs: np.ndarray
@@ -47,6 +49,7 @@ class Rollout:
     version: int = 0
     actor: int = 0
     seq: int = 0
+    ended: list[tuple[float, int]] = field(default_factory=list)
 
     @classmethod
     def allocate(
@@ -78,7 +81,8 @@ class Rollout:
         return int(self.rewards.size)
 
 
-_ARRAYS = tuple(f.name for f in fields(Rollout) if f.name not in ("version", "actor", "seq"))
+_SCALARS = ("version", "actor", "seq", "ended")
+_ARRAYS = tuple(f.name for f in fields(Rollout) if f.name not in _SCALARS)
 
 
 @dataclass

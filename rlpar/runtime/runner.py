@@ -189,14 +189,20 @@ class Runner:
             cfg.deterministic,
             self.clock,
             after_step=self._after_learner_step,
+            episodes=self.episodes if cfg.deterministic else None,
         )
+        # Set once the target is met: (seconds since start, the window's mean return then).
+        self._target_hit: tuple[float, float] | None = None
         self._errors: list[tuple[str, BaseException]] = []
         self._ran = False
 
     # ------------------------------------------------------------------------------ counters
 
     def env_steps(self) -> int:
-        """Env steps so far, across all actors (and before a resume)."""
+        """Env steps so far, across all actors (and before a resume). In deterministic mode, the
+        steps the learner consumed: an unroll in flight when the run stops is not counted."""
+        if self.cfg.deterministic:
+            return self._base_env_steps + self.learner.stats.samples
         return self._base_env_steps + sum(a.stats.env_steps for a in self.actors)
 
     def progress(self, wall_s: float) -> Progress:
@@ -253,6 +259,7 @@ class Runner:
         self._ran = True
         cfg = self.cfg
         start = time.perf_counter()
+        self._start = start
         self._last_checkpoint = start
         stopped_by, time_to_target = "total_env_steps", None
         restore_signals = self._install_signal_handlers()
@@ -268,6 +275,9 @@ class Runner:
                 if self._signal is not None:
                     stopped_by = self._signal
                     break
+                if self._target_hit is not None:  # deterministic mode: found by the learner
+                    time_to_target, stopped_by = self._target_hit[0], "target_return"
+                    break
                 if self._budget_spent.is_set():
                     break
                 if self.stop.is_set():
@@ -275,7 +285,7 @@ class Runner:
                     break
                 if not cfg.deterministic and self.env_steps() >= cfg.total_env_steps:
                     break
-                if cfg.target_return is not None and self._target_reached():
+                if not cfg.deterministic and self._check_target(now):
                     time_to_target, stopped_by = now - start, "target_return"
                     break
                 if cfg.max_wall_s is not None and now - start >= cfg.max_wall_s:
@@ -304,8 +314,11 @@ class Runner:
             on_progress(self.progress(wall))
         self.close()
         recent = self.episodes.recent(cfg.return_window)
+        mean_return = float(np.mean([e[0] for e in recent])) if recent else None
+        if stopped_by == "target_return" and self._target_hit is not None:
+            mean_return = self._target_hit[1]  # the window that met the target, not a later one
         return RunResult(
-            mean_return=float(np.mean([e[0] for e in recent])) if recent else None,
+            mean_return=mean_return,
             env_steps=self.env_steps(),
             learner_steps=self.state.steps,
             episodes=self._base_episodes + self.episodes.count,
@@ -382,11 +395,20 @@ class Runner:
             )
         return stuck
 
-    def _target_reached(self) -> bool:
+    def _check_target(self, now: float) -> bool:
+        """True (and ``_target_hit`` set) once the last ``return_window`` episodes average at
+        least ``target_return``."""
+        target = self.cfg.target_return
+        if target is None:
+            return False
         recent = self.episodes.recent(self.cfg.return_window)
         if len(recent) < self.cfg.return_window:
             return False
-        return float(np.mean([e[0] for e in recent])) >= self.cfg.target_return
+        mean = float(np.mean([e[0] for e in recent]))
+        if mean < target:
+            return False
+        self._target_hit = (now - self._start, mean)
+        return True
 
     # --------------------------------------------------------------------------- signals
 
@@ -416,7 +438,10 @@ class Runner:
         """On the learner thread, between steps: the only place the state is quiet."""
         cfg = self.cfg
         if cfg.deterministic:
-            # A fixed number of learner steps, not a race between actors and the main thread.
+            # A fixed number of learner steps, not a race between actors and the main thread;
+            # the episode log only changes in learner steps, so the target check is exact too.
+            if self._check_target(time.perf_counter()):
+                self.stop.set()
             per_step = cfg.batch_rollouts * cfg.env_steps_per_rollout
             if self.state.steps >= -(-cfg.total_env_steps // per_step):
                 self._budget_spent.set()
