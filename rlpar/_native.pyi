@@ -8,7 +8,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CategoricalSampler', 'Net', 'Snapshot', 'SnapshotStore', 'Tape', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_release_threshold', 'global_norm', 'native_env_names', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
+__all__: list[str] = ['CategoricalSampler', 'Net', 'Snapshot', 'SnapshotStore', 'Tape', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_release_threshold', 'global_norm', 'native_env_names', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
 class Tape:
     """
     Activations of one forward_train call, consumed by backward.
@@ -193,6 +193,10 @@ def adam_step(params: typing.Any, grad: typing.Any, exp_avg: typing.Any, exp_avg
     ...
 def bench_snapshot(n_floats: typing.SupportsInt | typing.SupportsIndex = 262144, iters: typing.SupportsInt | typing.SupportsIndex = 1000000, repeats: typing.SupportsInt | typing.SupportsIndex = 5) -> dict:
     ...
+def bench_snapshot_readers(n_floats: typing.SupportsInt | typing.SupportsIndex, readers: typing.SupportsInt | typing.SupportsIndex, seconds: typing.SupportsFloat | typing.SupportsIndex) -> dict:
+    """
+    `readers` native threads pin + unpin in a loop for `seconds` while one thread publishes: total pins/s, publishes/s and the fraction of publishes skipped.
+    """
 def check_fused_unroll(envs: VecEnv, net: Net) -> None:
     """
     Raise ValueError (saying why) unless fused_unroll can run this net on these envs.

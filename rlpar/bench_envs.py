@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,7 +196,10 @@ def _loop_rate(workers: list[_Worker], budget: Budget) -> float:
     return (n1 - n0) / (t1 - t0)
 
 
-def _actor_loop(budget: Budget) -> dict[str, dict[str, float]]:
+def _actor_loop_workers(
+    kinds: Sequence[str], threads: Sequence[int]
+) -> dict[tuple[str, int], list[_Worker]]:
+    """For each kind and thread count N, N workers sharing one net and one snapshot store."""
     from rlpar import envs as rlpar_envs
 
     rlpar_envs.register_envs()  # rlpar/CartPole-v1 (importing rlpar.envs does it too)
@@ -206,12 +209,16 @@ def _actor_loop(budget: Budget) -> dict[str, dict[str, float]]:
     net = rlpar.Net(agent.net_spec(probe.single_observation_space, probe.single_action_space))
     store = rlpar.SnapshotStore(net.num_params)
     store.publish(net.init_params(seed=0))
-    kinds = ("python_env", "native_env", "native_fused")
-    workers = {
+    return {
         (kind, n): [_Worker(kind, i, net, store) for i in range(n)]
         for kind in kinds
-        for n in THREADS
+        for n in threads
     }
+
+
+def _actor_loop(budget: Budget) -> dict[str, dict[str, float]]:
+    kinds = ("python_env", "native_env", "native_fused")
+    workers = _actor_loop_workers(kinds, THREADS)
     rates: dict[tuple[str, int], list[float]] = {key: [] for key in workers}
     for _ in range(budget.repeats):
         for key, ws in workers.items():

@@ -29,6 +29,11 @@ class _IdleLearner(Agent):
     def __init__(self, inner: Agent) -> None:
         self.inner = inner
 
+    @property
+    def native_sampling(self) -> bool:  # type: ignore[override]
+        """As the wrapped agent's (set by its net_spec): native envs then take the fused path."""
+        return self.inner.native_sampling
+
     def net_spec(self, obs_space: gym.Space, action_space: gym.Space) -> NetSpec:
         return self.inner.net_spec(obs_space, action_space)
 
@@ -42,17 +47,25 @@ class _IdleLearner(Agent):
         return {}
 
 
-def _rate(num_actors: int, busy: bool, seconds: float, envs_per_actor: int) -> float:
+def _rate(
+    num_actors: int,
+    busy: bool,
+    seconds: float,
+    envs_per_actor: int,
+    env_id: str = "CartPole-v1",
+    unroll_length: int = 16,
+) -> float:
+    """Env steps/s of one run, read from its progress reports after the first third."""
     agent = make_agent("impala", {"optim": {"lr": 0.003}})
     if not busy:
         agent = _IdleLearner(agent)
     runtime = RuntimeConfig(
-        num_actors=num_actors, envs_per_actor=envs_per_actor, unroll_length=16,
+        num_actors=num_actors, envs_per_actor=envs_per_actor, unroll_length=unroll_length,
         batch_rollouts=1, total_env_steps=10**12, max_wall_s=seconds,
         checkpoint_interval_s=None,
     )  # fmt: skip
     samples: list[tuple[float, int]] = []
-    Runner(agent, EnvConfig("CartPole-v1"), runtime).run(
+    Runner(agent, EnvConfig(env_id), runtime).run(
         on_progress=lambda p: samples.append((p.wall_s, p.env_steps)), progress_interval_s=0.1
     )
     warm = [s for s in samples if s[0] >= seconds / 3]

@@ -10,6 +10,8 @@ lists every subcommand in one place::
     rlpar bench runtime [--json] [--quick]    env steps/s of the runtime, 1 and 2 actors
     rlpar bench envs [--json] [--quick]       native envs vs gymnasium (and EnvPool), actor loops
     rlpar bench ray [--json] [--quick]        threads vs Ray backend, same actors (needs rlpar[ray])
+    rlpar bench scaling [--threads 1,2,4,8,16] [--json] [--quick]
+                                              throughput at 1..N threads: net, snapshot, actors
     rlpar train CONFIG.toml [--set K=V ...]   train an experiment; TensorBoard, checkpoints
     rlpar eval CHECKPOINT [--episodes N]      play episodes with a checkpoint's policy
     rlpar agents [--json]                     registered agents and their config keys
@@ -72,6 +74,7 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
     _add_bench_runtime(benches)
     _add_bench_envs(benches)
     _add_bench_ray(benches)
+    _add_bench_scaling(benches)
 
 
 def _bench_options(parser: argparse.ArgumentParser) -> None:
@@ -183,6 +186,36 @@ def _run_bench_ray(args: argparse.Namespace) -> int:
     from rlpar.bench_ray import bench_ray
 
     return _report(bench_ray(quick=args.quick), _json_table, args.json)
+
+
+def _add_bench_scaling(benches: argparse._SubParsersAction) -> None:
+    p = benches.add_parser(
+        "scaling",
+        help="throughput at 1, 2, 4, ... threads: net forward, snapshot pins, actors, runtime",
+        description="For each thread count: forwards/s of threads sharing one net (GIL "
+        "released), snapshot pins/s of native readers while one thread publishes, env steps/s "
+        "of actor threads on Python and fused native envs, and of the whole runtime with that "
+        "many actors. Takes about 30 s per thread count with the default budget.",
+    )
+    p.add_argument(
+        "--threads",
+        default="1,2,4,8,16",
+        metavar="N,N,..",
+        help="thread counts to measure (default 1,2,4,8,16)",
+    )
+    _bench_options(p)
+    p.set_defaults(run=_run_bench_scaling)
+
+
+def _run_bench_scaling(args: argparse.Namespace) -> int:
+    from rlpar.bench_scaling import bench_scaling, format_scaling, parse_threads
+
+    try:
+        threads = parse_threads(args.threads)
+    except ValueError as exc:
+        print(f"rlpar bench scaling: --threads: {exc}", file=sys.stderr)
+        return 2
+    return _report(bench_scaling(threads, quick=args.quick), format_scaling, args.json)
 
 
 def _json_table(result: dict) -> str:

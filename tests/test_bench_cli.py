@@ -48,7 +48,8 @@ def assert_numbers(d: dict, keys: set[str]) -> None:
     ("args", "mentions"),
     [
         ([], ["bench"]),
-        (["bench"], ["net", "snapshot", "gil"]),
+        (["bench"], ["net", "snapshot", "gil", "scaling"]),
+        (["bench", "scaling"], ["--threads", "--json", "--quick"]),
         (["bench", "net"], ["--json", "--quick"]),
         (["bench", "snapshot"], ["--json", "--quick"]),
         (["bench", "gil"], ["--json", "--quick"]),
@@ -135,3 +136,31 @@ def test_bench_runtime_and_envs_json(tmp_path) -> None:
     e = last_json(rlpar(tmp_path, "bench", "envs", "--json", "--quick"))
     assert {"rlpar", "gymnasium"} <= set(e["env_only"])
     assert set(e["actor_loop"]["python_env"]) == {"1", "2"} == set(e["actor_loop"]["native_env"])
+
+
+def test_bench_scaling_json_has_a_value_per_thread_count(tmp_path) -> None:
+    r = last_json(rlpar(tmp_path, "bench", "scaling", "--threads", "3,1", "--json", "--quick"))
+    assert r["threads"] == [1, 3]
+    assert isinstance(r["cpus"], int) and r["cpus"] >= 1
+    sections = {
+        "net_forward": {"mlp_b32", "mlp_b256", "conv_b8"},
+        "snapshot_pins": {"pins_per_s", "publishes_per_s"},
+        "actor_loop": {"python_env", "native_fused"},
+        "runtime": {"learner_idle", "learner_busy"},
+    }
+    for section, cases in sections.items():
+        assert set(r[section]) == cases == set(r["speedup"][section])
+        for case in cases:
+            assert_numbers(r[section][case], {"1", "3"})
+            assert r["speedup"][section][case]["1"] == 1.0
+
+
+def test_bench_scaling_table_and_bad_thread_counts(tmp_path) -> None:
+    proc = rlpar(tmp_path, "bench", "scaling", "--threads", "1", "--quick")
+    assert proc.returncode == 0, proc.stderr
+    assert "thread scaling on" in proc.stdout and "native_fused" in proc.stdout
+    for bad, said in [("0,2", "between 1 and 256"), ("1,x", "comma-separated integers")]:
+        proc = rlpar(tmp_path, "bench", "scaling", "--threads", bad, "--quick")
+        assert proc.returncode == 2
+        assert said in proc.stderr and repr(bad) in proc.stderr
+        assert proc.stdout == ""

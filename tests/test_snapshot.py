@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import rlpar
+from rlpar import _native
 
 N = 1000
 
@@ -183,3 +184,15 @@ def test_arrays_that_went_through_pickle_are_accepted() -> None:
     assert store.publish(params)
     obs = pickle.loads(pickle.dumps(np.ones((3, 4), np.float32)))
     np.testing.assert_array_equal(net.forward(params, obs), net.forward(store.pin(), obs))
+
+
+def test_reader_scaling_bench_reports_rates_and_rejects_bad_arguments() -> None:
+    r = _native.bench_snapshot_readers(1024, 3, 0.02)
+    assert r["pins_per_s"] > 0 and r["publishes_per_s"] > 0
+    assert 0.0 <= r["skipped_fraction"] <= 1.0
+    with pytest.raises(ValueError, match=r"1 <= readers <= 1024.*got 1024, 0, "):
+        _native.bench_snapshot_readers(1024, 0, 0.01)
+    with pytest.raises(ValueError, match=r"expected n_floats > 0, got -1"):
+        _native.bench_snapshot_readers(-1, 1, 0.01)
+    with pytest.raises(ValueError, match=r"0 < seconds <= 600"):
+        _native.bench_snapshot_readers(8, 1, float("nan"))

@@ -101,6 +101,27 @@ void bind_snapshot(py::module_& m) {
           return d;
         },
         py::arg("n_floats") = 262144, py::arg("iters") = 1000000, py::arg("repeats") = 5);
+
+  m.def("bench_snapshot_readers",
+        [](int64_t n_floats, int readers, double seconds) {
+          if (n_floats <= 0) {
+            throw py::value_error("bench_snapshot_readers: expected n_floats > 0, got " +
+                                  std::to_string(n_floats));
+          }
+          rlpar::SnapshotReadersBench b;
+          {
+            CallScope scope(true, false);
+            b = rlpar::bench_snapshot_readers(static_cast<size_t>(n_floats), readers, seconds);
+          }
+          py::dict d;
+          d["pins_per_s"] = b.pins_per_s;
+          d["publishes_per_s"] = b.publishes_per_s;
+          d["skipped_fraction"] = b.skipped_fraction;
+          return d;
+        },
+        py::arg("n_floats"), py::arg("readers"), py::arg("seconds"),
+        "`readers` native threads pin + unpin in a loop for `seconds` while one thread "
+        "publishes: total pins/s, publishes/s and the fraction of publishes skipped.");
 }
 
 }  // namespace rlpar_py

@@ -321,4 +321,63 @@ SnapshotBench bench_snapshot(std::size_t n_floats, int iters, int repeats) {
   return result;
 }
 
+SnapshotReadersBench bench_snapshot_readers(std::size_t n_floats, int readers, double seconds) {
+  if (n_floats == 0 || readers <= 0 || readers > 1024 || !(seconds > 0.0 && seconds <= 600.0)) {
+    throw std::invalid_argument(
+        "bench_snapshot_readers: expected n_floats > 0, 1 <= readers <= 1024, "
+        "0 < seconds <= 600, got " +
+        std::to_string(n_floats) + ", " + std::to_string(readers) + ", " +
+        std::to_string(seconds));
+  }
+  SnapshotStore store(n_floats);
+  std::vector<float> params(n_floats, 1.0f);
+  store.publish(params.data(), n_floats);
+  std::atomic<bool> go{false}, stop{false};
+  std::vector<std::uint64_t> pins(static_cast<std::size_t>(readers), 0);
+  std::uint64_t publishes = 0;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < readers; ++r) {
+    threads.emplace_back([&, r] {
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      std::uint64_t n = 0;
+      float sink = 0.0f;
+      while (!stop.load(std::memory_order_relaxed)) {
+        Pin pin = store.pin();
+        sink += pin.data()[0];
+        ++n;
+      }
+      asm volatile("" : : "r"(sink));
+      pins[static_cast<std::size_t>(r)] = n;
+    });
+  }
+  const std::uint64_t skipped0 = store.skipped();
+  std::thread writer([&] {
+    while (!go.load(std::memory_order_acquire)) {
+    }
+    std::uint64_t n = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      store.publish(params.data(), n_floats);
+      ++n;
+    }
+    publishes = n;
+  });
+  const auto t0 = Clock::now();
+  go.store(true, std::memory_order_release);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop.store(true, std::memory_order_relaxed);
+  for (auto& t : threads) t.join();
+  writer.join();
+  const double elapsed = seconds_since(t0);
+  std::uint64_t total = 0;
+  for (auto n : pins) total += n;
+  SnapshotReadersBench result{};
+  result.pins_per_s = static_cast<double>(total) / elapsed;
+  result.publishes_per_s = static_cast<double>(publishes) / elapsed;
+  result.skipped_fraction =
+      publishes ? static_cast<double>(store.skipped() - skipped0) / static_cast<double>(publishes)
+                : 0.0;
+  return result;
+}
+
 }  // namespace rlpar

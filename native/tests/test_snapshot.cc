@@ -181,6 +181,15 @@ void test_bench_runs() {
   CHECK_THROWS(std::invalid_argument, rlpar::bench_snapshot(0, 1, 1));
   CHECK_THROWS(std::invalid_argument, rlpar::bench_snapshot(1, 0, 1));
   CHECK_THROWS(std::invalid_argument, rlpar::bench_snapshot(1, 1, 0));
+
+  // Four readers and the writer race on the store (TSan sees it).
+  const rlpar::SnapshotReadersBench r = rlpar::bench_snapshot_readers(256, 4, 0.05);
+  CHECK(r.pins_per_s > 0 && r.publishes_per_s > 0);
+  CHECK(r.skipped_fraction >= 0 && r.skipped_fraction <= 1);
+  CHECK_THROWS(std::invalid_argument, rlpar::bench_snapshot_readers(0, 1, 0.01));
+  CHECK_THROWS(std::invalid_argument, rlpar::bench_snapshot_readers(1, 0, 0.01));
+  CHECK_THROWS(std::invalid_argument, rlpar::bench_snapshot_readers(1, 1025, 0.01));
+  CHECK_THROWS(std::invalid_argument, rlpar::bench_snapshot_readers(1, 1, 0.0));
 }
 
 }  // namespace

@@ -1,0 +1,232 @@
+"""`rlpar bench scaling`: how rlpar's threaded paths scale with the number of threads.
+
+For each thread count N (default 1, 2, 4, 8, 16), side by side in one process:
+
+- ``net_forward``: forwards/s of N Python threads sharing one `rlpar.Net` (GIL released): the
+  mlp ``mlp_spec(4, [Categorical(2), Value()])`` at batches 32 and 256, and the Nature-DQN conv
+  net on uint8 ``[84, 84, 4]`` frames at batch 8.
+- ``snapshot_pins``: pin + unpin per second of N native reader threads while one thread keeps
+  publishing (`rlpar._native.bench_snapshot_readers`), with the writer's publishes/s.
+- ``actor_loop``: env steps/s of N actor threads, each with its own 64 CartPoles and the
+  shared mlp policy: ``python_env`` (gymnasium envs, rlpar's Python actor loop) and
+  ``native_fused`` (rlpar's native CartPole, one GIL-free native call per 20-step unroll).
+- ``runtime``: the whole actor/learner runtime on ``rlpar/CartPole-v1`` with N actors (64
+  envs each, fused unrolls) and the IMPALA agent, the learner idle (actors and queues alone)
+  and busy (real learner steps, which then set the pace).
+
+Every configuration runs once per round, rounds repeat, and values are medians; ``speedup``
+divides each by its 1-thread value (or the smallest N asked for). ``cpus`` is the number of cores
+this process may run on: thread counts above it only oversubscribe them.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import rlpar
+from rlpar import _native
+from rlpar.bench import forwards_per_second
+from rlpar.bench_envs import NUM_ENVS, UNROLL, _actor_loop_workers, _loop_rate
+from rlpar.bench_envs import Budget as LoopBudget
+from rlpar.bench_runtime import _rate as runtime_rate
+
+__all__ = ["DEFAULT_THREADS", "bench_scaling", "format_scaling", "parse_threads"]
+
+DEFAULT_THREADS = (1, 2, 4, 8, 16)
+MAX_THREADS = 256
+MLP_BATCHES = (32, 256)
+CONV_BATCH = 8
+SNAPSHOT_FLOATS = 262_144  # 1 MB of parameters
+
+
+@dataclass(frozen=True)
+class Budget:
+    seconds: float  # one timed run of a configuration
+    repeats: int  # rounds; the median is reported
+    runtime_s: float  # one whole-runtime run (rates are read after its first third)
+    runtime_repeats: int
+
+
+FULL = Budget(seconds=0.4, repeats=3, runtime_s=2.4, runtime_repeats=2)
+QUICK = Budget(seconds=0.03, repeats=1, runtime_s=0.6, runtime_repeats=1)
+
+
+def parse_threads(text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> ``(1, 2, 4)``: distinct positive counts, at most `MAX_THREADS`, sorted."""
+    try:
+        counts = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise ValueError(
+            f"expected thread counts as comma-separated integers (e.g. 1,2,4), got {text!r}"
+        ) from None
+    if not counts or counts[0] < 1 or counts[-1] > MAX_THREADS:
+        raise ValueError(
+            f"expected thread counts between 1 and {MAX_THREADS} (e.g. 1,2,4), got {text!r}"
+        )
+    return tuple(counts)
+
+
+def _cpus() -> int:
+    """Cores this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _sig(x: float) -> float:
+    return float(f"{x:.4g}")
+
+
+def _medians(configs: dict[Any, Callable[[], float]], repeats: int) -> dict[Any, float]:
+    """Each configuration once per round, ``repeats`` rounds, medians."""
+    runs: dict[Any, list[float]] = {key: [] for key in configs}
+    for _ in range(repeats):
+        for key, measure in configs.items():
+            runs[key].append(measure())
+    return {key: statistics.median(v) for key, v in runs.items()}
+
+
+def _net_forward(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, float]]:
+    rng = np.random.default_rng(0)
+    mlp = rlpar.Net(rlpar.mlp_spec(4, [rlpar.Categorical(2), rlpar.Value()]))
+    conv = rlpar.Net(rlpar.conv_spec((84, 84, 4), [rlpar.Categorical(6), rlpar.Value()]))
+    cases: dict[str, tuple[rlpar.Net, np.ndarray]] = {
+        f"mlp_b{b}": (mlp, rng.standard_normal((b, 4)).astype(np.float32)) for b in MLP_BATCHES
+    }
+    frames = rng.integers(0, 256, (CONV_BATCH, 84, 84, 4), dtype=np.uint8)
+    cases[f"conv_b{CONV_BATCH}"] = (conv, frames)
+    params = {name: net.init_params(seed=0) for name, (net, _) in cases.items()}
+    configs = {
+        (name, n): (
+            lambda name=name, net=net, obs=obs, n=n: forwards_per_second(
+                net, params[name], obs, n, True, budget.seconds
+            )
+        )
+        for name, (net, obs) in cases.items()
+        for n in threads
+    }
+    med = _medians(configs, budget.repeats)
+    return {name: {str(n): _sig(med[name, n]) for n in threads} for name in cases}
+
+
+def _snapshot_pins(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, float]]:
+    configs = {
+        n: (lambda n=n: _native.bench_snapshot_readers(SNAPSHOT_FLOATS, n, budget.seconds))
+        for n in threads
+    }
+    runs: dict[int, list[dict]] = {n: [] for n in threads}
+    for _ in range(budget.repeats):
+        for n, measure in configs.items():
+            runs[n].append(measure())
+
+    def med(n: int, key: str) -> float:
+        return _sig(statistics.median(r[key] for r in runs[n]))
+
+    return {
+        "pins_per_s": {str(n): med(n, "pins_per_s") for n in threads},
+        "publishes_per_s": {str(n): med(n, "publishes_per_s") for n in threads},
+    }
+
+
+def _actor_loop(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, float]]:
+    kinds = ("python_env", "native_fused")
+    workers = _actor_loop_workers(kinds, threads)
+    loop_budget = LoopBudget(
+        env_s=budget.seconds, loop_s=budget.seconds, warmup_s=budget.seconds / 3, repeats=1
+    )
+    configs = {key: (lambda ws=ws: _loop_rate(ws, loop_budget)) for key, ws in workers.items()}
+    med = _medians(configs, budget.repeats)
+    return {kind: {str(n): _sig(med[kind, n]) for n in threads} for kind in kinds}
+
+
+def _runtime(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, float]]:
+    configs = {
+        (mode, n): (
+            lambda mode=mode, n=n: runtime_rate(
+                n, mode == "learner_busy", budget.runtime_s, NUM_ENVS, "rlpar/CartPole-v1",
+                unroll_length=UNROLL,
+            )
+        )
+        for mode in ("learner_idle", "learner_busy")
+        for n in threads
+    }  # fmt: skip
+    med = _medians(configs, budget.runtime_repeats)
+    return {
+        mode: {str(n): _sig(med[mode, n]) for n in threads}
+        for mode in ("learner_idle", "learner_busy")
+    }
+
+
+def _speedups(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    out = {}
+    for name, by_n in table.items():
+        base = by_n[min(by_n, key=int)]
+        out[name] = {n: round(v / base, 2) if base > 0 else 0.0 for n, v in by_n.items()}
+    return out
+
+
+def bench_scaling(threads: Sequence[int] = DEFAULT_THREADS, quick: bool = False) -> dict[str, Any]:
+    """Throughput of N threads on rlpar's threaded paths, for each N in ``threads``.
+
+    Returns ``{"threads": [..], "cpus": int, "net_forward": {case: {N: forwards/s}},
+    "snapshot_pins": {"pins_per_s"|"publishes_per_s": {N: per s}}, "actor_loop": {"python_env"
+    |"native_fused": {N: env steps/s}}, "runtime": {"learner_idle"|"learner_busy": {N: env
+    steps/s}}, "speedup": {section: {case: {N: value / value at the smallest N}}}, "setup":
+    {...}}``; every value a median of repeats.
+    """
+    threads = tuple(sorted(set(threads)))
+    if not threads or threads[0] < 1 or threads[-1] > MAX_THREADS:
+        raise ValueError(f"expected thread counts between 1 and {MAX_THREADS}, got {threads}")
+    budget = QUICK if quick else FULL
+    result: dict[str, Any] = {
+        "threads": list(threads),
+        "cpus": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+        "net_forward": _net_forward(threads, budget),
+        "snapshot_pins": _snapshot_pins(threads, budget),
+        "actor_loop": _actor_loop(threads, budget),
+        "runtime": _runtime(threads, budget),
+    }
+    result["speedup"] = {
+        section: _speedups(result[section])
+        for section in ("net_forward", "snapshot_pins", "actor_loop", "runtime")
+    }
+    result["setup"] = {
+        "mlp": "4-64-64 tanh, categorical(2) + value",
+        "conv": "Nature-DQN torso on uint8 [84, 84, 4], categorical(6) + value",
+        "envs_per_actor": NUM_ENVS,
+        "unroll_length": UNROLL,
+        "snapshot_floats": SNAPSHOT_FLOATS,
+        "seconds_per_measure": budget.seconds,
+        "repeats": budget.repeats,
+        "runtime_seconds": budget.runtime_s,
+        "runtime_repeats": budget.runtime_repeats,
+        "gil_release_threshold_flops": rlpar.gil_release_threshold(),
+    }
+    return result
+
+
+def format_scaling(r: dict[str, Any]) -> str:
+    """One table per section: a row per case, a column per thread count (value, then ×speedup)."""
+    ns = [str(n) for n in r["threads"]]
+    lines = [f"thread scaling on {r['cpus']} cpus (values per second; ×: over {ns[0]} thread)"]
+    for section in ("net_forward", "snapshot_pins", "actor_loop", "runtime"):
+        lines.append(f"{section:<22}" + "".join(f"{'N=' + n:>18}" for n in ns))
+        for case, by_n in r[section].items():
+            sp = r["speedup"][section][case]
+            cells = "".join(f"{by_n[n]:>11.3g} ×{sp[n]:<5.3g}" for n in ns)
+            lines.append(f"  {case:<20}{cells}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(bench_scaling(), indent=2))
