@@ -144,32 +144,78 @@ def actor_critic_step(
     reward_scale: float,
     **loss_args: float | bool,
 ) -> dict[str, float]:
-    """forward [T+1, N] -> native loss -> backward -> clip -> optimizer; all GIL-free."""
-    t_len, n = batch.rewards.shape
-    rewards = batch.rewards if reward_scale == 1.0 else batch.rewards * np.float32(reward_scale)
-    obs = batch.obs.reshape((t_len + 1) * n, *batch.obs.shape[2:])
-    out, tape = net.forward_train(state.params, obs)
-    dout, metrics = rlpar.actor_critic_loss(
-        out.reshape(t_len + 1, n, -1),
-        batch.behaviour,
-        batch.actions,
-        rewards,
-        batch.terminated,
-        batch.truncated,
-        batch.mask,
-        policy=layout.kind,
-        policy_begin=layout.begin,
-        num_actions=layout.num_actions,
-        log_std_begin=layout.log_std_begin,
-        value_col=layout.value_col,
-        **loss_args,
-    )
-    grad = net.backward(tape, dout.reshape(out.shape))
-    tape.release()
+    """forward [T+1, N] -> native loss -> backward -> clip -> optimizer; all GIL-free.
+
+    With ``state.pool`` (``runtime.learner_threads`` > 1) the N columns are split into one
+    shard per thread, each shard's forward, loss and backward run on its own thread, and the
+    gradients are summed weighted by the shards' valid steps (the loss is a mean over them).
+    """
+    pool = state.pool
+
+    def shard_grad(b: rlpar.Batch) -> tuple[np.ndarray, dict[str, float]]:
+        return _actor_critic_grad(net, state.params, b, layout, reward_scale, loss_args)
+
+    if pool is None or pool.threads == 1 or batch.num_columns < 2:
+        grad, metrics = shard_grad(batch)
+    else:
+        grad, metrics = _combine_shards(pool.map(shard_grad, batch.split(pool.threads)))
     metrics["grad_norm"] = rlpar.clip_grad_norm(grad, optim.max_grad_norm)
     state.optimizer.step(state.params, grad)
     metrics["learning_rate"] = state.optimizer.lr
     return metrics
+
+
+def _actor_critic_grad(
+    net: rlpar.Net,
+    params: np.ndarray,
+    batch: rlpar.Batch,
+    layout: PolicyLayout,
+    reward_scale: float,
+    loss_args: dict[str, float | bool],
+) -> tuple[np.ndarray, dict[str, float]]:
+    """The loss gradient w.r.t. the parameters, float32 [num_params], and the loss metrics."""
+    t_len, n = batch.rewards.shape
+    rewards = batch.rewards if reward_scale == 1.0 else batch.rewards * np.float32(reward_scale)
+    obs = batch.obs.reshape((t_len + 1) * n, *batch.obs.shape[2:])
+    out, tape = net.forward_train(params, obs)
+    try:
+        dout, metrics = rlpar.actor_critic_loss(
+            out.reshape(t_len + 1, n, -1),
+            batch.behaviour,
+            batch.actions,
+            rewards,
+            batch.terminated,
+            batch.truncated,
+            batch.mask,
+            policy=layout.kind,
+            policy_begin=layout.begin,
+            num_actions=layout.num_actions,
+            log_std_begin=layout.log_std_begin,
+            value_col=layout.value_col,
+            **loss_args,
+        )
+        grad = net.backward(tape, dout.reshape(out.shape))
+    finally:
+        tape.release()
+    return grad, metrics
+
+
+def _combine_shards(
+    parts: list[tuple[np.ndarray, dict[str, float]]],
+) -> tuple[np.ndarray, dict[str, float]]:
+    """Per-shard means over valid steps -> the whole batch's: weights valid_i / sum(valid)."""
+    valid = np.array([m["valid_steps"] for _, m in parts], np.float64)
+    total = valid.sum()
+    weights = valid / total if total > 0 else np.full(len(parts), 1.0 / len(parts))
+    grad = parts[0][0] * np.float32(weights[0])
+    for (g, _), w in zip(parts[1:], weights[1:], strict=True):
+        grad += g * np.float32(w)
+    metrics = {
+        key: float(sum(w * m[key] for (_, m), w in zip(parts, weights, strict=True)))
+        for key in parts[0][1]
+    }
+    metrics["valid_steps"] = float(total)
+    return grad, metrics
 
 
 class ActorCriticAgent(rlpar.Agent):

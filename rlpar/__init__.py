@@ -7,7 +7,8 @@ Public API (everything a user or a plug-in agent needs is importable from here):
 - optimizers: `SGD`, `RMSProp`, `Adam`, `clip_grad_norm`, `global_norm`;
 - parameter snapshots: `SnapshotStore`, `Snapshot`;
 - the agent seam and runtime: `Agent`, `LearnerState`, `Rollout`, `Batch`, `Runner`, `RunResult`,
-  `Progress`, configs `EnvConfig`, `RuntimeConfig`, losses `actor_critic_loss`;
+  `Progress`, configs `EnvConfig`, `RuntimeConfig`, losses `actor_critic_loss`, `ShardPool`
+  (the threads of a learner step split over column shards);
 - plug-ins: `register_agent`, `make_agent`, `registered_agents`, `register_env`;
 - GIL policy: `gil_release_threshold`, `set_gil_release_threshold`.
 """
@@ -34,6 +35,7 @@ from rlpar.nn import (
     set_gil_release_threshold,
 )
 from rlpar.optim import SGD, Adam, Optimizer, RMSProp, clip_grad_norm, global_norm
+from rlpar.parallel import ShardPool
 from rlpar.registry import make_agent, register_agent, register_env, registered_agents
 from rlpar.runtime import Batch, Progress, Rollout, Runner, RunResult
 from rlpar.snapshot import Snapshot, SnapshotStore
@@ -64,6 +66,7 @@ __all__ = [
     "RunResult",
     "Runner",
     "RuntimeConfig",
+    "ShardPool",
     "Snapshot",
     "SnapshotStore",
     "Tanh",

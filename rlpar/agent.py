@@ -38,6 +38,7 @@ import numpy as np
 
 from rlpar.nn import Net, NetSpec
 from rlpar.optim import Optimizer
+from rlpar.parallel import ShardPool
 
 if TYPE_CHECKING:
     from rlpar.runtime.rollout import Batch
@@ -51,12 +52,16 @@ class LearnerState:
 
     ``params``: float32 [num_params]; ``optimizer``: its flat state buffers; ``steps``: learner
     steps taken; ``extra``: the agent's own JSON-serialisable state (e.g. a schedule position).
+    ``pool``: not saved; set by the runtime for the run when ``runtime.learner_threads`` > 1,
+    a `rlpar.ShardPool` of that many threads that `Agent.learn` may use to split its step
+    over column shards (`rlpar.Batch.split`); None otherwise.
     """
 
     params: np.ndarray
     optimizer: Optimizer
     steps: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    pool: ShardPool | None = field(default=None, repr=False, compare=False)
 
 
 class Agent(abc.ABC):

@@ -10,9 +10,13 @@ For each thread count N (default 1, 2, 4, 8, 16), side by side in one process:
 - ``actor_loop``: env steps/s of N actor threads, each with its own 64 CartPoles and the
   shared mlp policy: ``python_env`` (gymnasium envs, rlpar's Python actor loop) and
   ``native_fused`` (rlpar's native CartPole, one GIL-free native call per 20-step unroll).
+- ``learner_step``: samples/s of IMPALA learner steps with ``runtime.learner_threads`` = N
+  (the batch's columns split over N threads, `rlpar.ShardPool`): the mlp on a [20, 256] batch
+  and the conv net on a [4, 32] batch of frames.
 - ``runtime``: the whole actor/learner runtime on ``rlpar/CartPole-v1`` with N actors (64
-  envs each, fused unrolls) and the IMPALA agent, the learner idle (actors and queues alone)
-  and busy (real learner steps, which then set the pace).
+  envs each, fused unrolls) and the IMPALA agent, the learner idle (actors and queues alone),
+  busy (real learner steps on one thread, which then set the pace) and busy with
+  ``learner_threads`` = N (``learner_busy_pooled``).
 
 Every configuration runs once per round, rounds repeat, and values are medians; ``speedup``
 divides each by its 1-thread value (or the smallest N asked for). ``cpus`` is the number of cores
@@ -23,10 +27,12 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 import rlpar
@@ -35,14 +41,20 @@ from rlpar.bench import forwards_per_second
 from rlpar.bench_envs import NUM_ENVS, UNROLL, _actor_loop_workers, _loop_rate
 from rlpar.bench_envs import Budget as LoopBudget
 from rlpar.bench_runtime import _rate as runtime_rate
+from rlpar.parallel import ShardPool
+from rlpar.registry import make_agent
+from rlpar.runtime.rollout import Batch
 
 __all__ = ["DEFAULT_THREADS", "bench_scaling", "format_scaling", "parse_threads"]
 
 DEFAULT_THREADS = (1, 2, 4, 8, 16)
+SECTIONS = ("net_forward", "snapshot_pins", "actor_loop", "learner_step", "runtime")
 MAX_THREADS = 256
 MLP_BATCHES = (32, 256)
 CONV_BATCH = 8
 SNAPSHOT_FLOATS = 262_144  # 1 MB of parameters
+LEARNER_MLP_BATCH = (20, 256)  # [T, N] of the learner-step cases
+LEARNER_CONV_BATCH = (4, 32)
 
 
 @dataclass(frozen=True)
@@ -145,22 +157,84 @@ def _actor_loop(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, f
     return {kind: {str(n): _sig(med[kind, n]) for n in threads} for kind in kinds}
 
 
+def _synthetic_batch(
+    rng: np.random.Generator, net: rlpar.Net, params: np.ndarray, obs: np.ndarray, actions: int
+) -> Batch:
+    """A batch on observations ``obs`` [T+1, N, ...]: behaviour is the net's own output plus
+    noise, random actions, rewards and episode ends (mask[t+1] = not done[t])."""
+    t1, n = obs.shape[:2]
+    out = net.forward(params, obs.reshape(t1 * n, *obs.shape[2:])).reshape(t1, n, -1)
+    done = rng.random((t1 - 1, n)) < 0.05
+    mask = np.ones_like(done)
+    mask[1:] = ~done[:-1]
+    return Batch(
+        obs=obs, actions=rng.integers(0, actions, (t1 - 1, n)).astype(np.int64),
+        rewards=rng.standard_normal((t1 - 1, n)).astype(np.float32),
+        terminated=done & mask, truncated=np.zeros_like(done), mask=mask,
+        behaviour=out[:-1] + 0.1 * rng.standard_normal(out[:-1].shape).astype(np.float32),
+        versions=np.zeros(1, np.int64), policy_lag=np.zeros(1, np.int64), learner_version=1,
+    )  # fmt: skip
+
+
+def _learner_step(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, float]]:
+    """Samples/s of IMPALA learner steps, the batch split over N threads (`ShardPool`)."""
+    rng = np.random.default_rng(0)
+    cases = {}
+    for name, space, n_actions, (t, n) in (
+        ("mlp_T20_N256", gym.spaces.Box(-1.0, 1.0, (4,), np.float32), 2, LEARNER_MLP_BATCH),
+        ("conv_T4_N32", gym.spaces.Box(0, 255, (84, 84, 4), np.uint8), 6, LEARNER_CONV_BATCH),
+    ):
+        agent = make_agent("impala", {"optim": {"lr": 1e-4}})
+        net = rlpar.Net(agent.net_spec(space, gym.spaces.Discrete(n_actions)))
+        params = net.init_params(seed=0)
+        if space.dtype == np.uint8:
+            obs = rng.integers(0, 256, (t + 1, n, *space.shape), dtype=np.uint8)
+        else:
+            obs = rng.standard_normal((t + 1, n, *space.shape)).astype(np.float32)
+        cases[name] = (agent, net, params, _synthetic_batch(rng, net, params, obs, n_actions))
+    pools = {k: ShardPool(k) for k in threads if k > 1}
+
+    def rate(name: str, k: int) -> float:
+        agent, net, params, batch = cases[name]
+        state = agent.init_state(net, params.copy())
+        state.pool = pools.get(k)
+        agent.learn(net, state, batch)
+        steps, t0 = 0, time.perf_counter()
+        while steps < 2 or time.perf_counter() - t0 < budget.seconds:
+            agent.learn(net, state, batch)
+            steps += 1
+        return steps * batch.rewards.size / (time.perf_counter() - t0)
+
+    try:
+        configs = {
+            (name, k): (lambda name=name, k=k: rate(name, k)) for name in cases for k in threads
+        }
+        for measure in configs.values():  # an untimed round: every thread's workspace grows
+            measure()  # to its shard size once (hundreds of MB for the conv net)
+        med = _medians(configs, budget.repeats)
+    finally:
+        for pool in pools.values():
+            pool.close()
+    return {name: {str(k): _sig(med[name, k]) for k in threads} for name in cases}
+
+
+RUNTIME_MODES = ("learner_idle", "learner_busy", "learner_busy_pooled")
+
+
 def _runtime(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, float]]:
     configs = {
         (mode, n): (
             lambda mode=mode, n=n: runtime_rate(
-                n, mode == "learner_busy", budget.runtime_s, NUM_ENVS, "rlpar/CartPole-v1",
+                n, mode != "learner_idle", budget.runtime_s, NUM_ENVS, "rlpar/CartPole-v1",
                 unroll_length=UNROLL,
+                learner_threads=n if mode == "learner_busy_pooled" else 1,
             )
         )
-        for mode in ("learner_idle", "learner_busy")
+        for mode in RUNTIME_MODES
         for n in threads
     }  # fmt: skip
     med = _medians(configs, budget.runtime_repeats)
-    return {
-        mode: {str(n): _sig(med[mode, n]) for n in threads}
-        for mode in ("learner_idle", "learner_busy")
-    }
+    return {mode: {str(n): _sig(med[mode, n]) for n in threads} for mode in RUNTIME_MODES}
 
 
 def _speedups(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -174,11 +248,14 @@ def _speedups(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]
 def bench_scaling(threads: Sequence[int] = DEFAULT_THREADS, quick: bool = False) -> dict[str, Any]:
     """Throughput of N threads on rlpar's threaded paths, for each N in ``threads``.
 
-    Returns ``{"threads": [..], "cpus": int, "net_forward": {case: {N: forwards/s}},
-    "snapshot_pins": {"pins_per_s"|"publishes_per_s": {N: per s}}, "actor_loop": {"python_env"
-    |"native_fused": {N: env steps/s}}, "runtime": {"learner_idle"|"learner_busy": {N: env
-    steps/s}}, "speedup": {section: {case: {N: value / value at the smallest N}}}, "setup":
-    {...}}``; every value a median of repeats.
+    Returns ``{"threads": [..], "cpus": int,
+    "net_forward": {case: {N: forwards/s}},
+    "snapshot_pins": {"pins_per_s"|"publishes_per_s": {N: per s}},
+    "actor_loop": {"python_env"|"native_fused": {N: env steps/s}},
+    "learner_step": {"mlp_T20_N256"|"conv_T4_N32": {N: samples/s}},
+    "runtime": {"learner_idle"|"learner_busy"|"learner_busy_pooled": {N: env steps/s}},
+    "speedup": {section: {case: {N: value / value at the smallest N}}}, "setup": {...}}``;
+    every value a median of repeats.
     """
     threads = tuple(sorted(set(threads)))
     if not threads or threads[0] < 1 or threads[-1] > MAX_THREADS:
@@ -192,12 +269,10 @@ def bench_scaling(threads: Sequence[int] = DEFAULT_THREADS, quick: bool = False)
         "net_forward": _net_forward(threads, budget),
         "snapshot_pins": _snapshot_pins(threads, budget),
         "actor_loop": _actor_loop(threads, budget),
+        "learner_step": _learner_step(threads, budget),
         "runtime": _runtime(threads, budget),
     }
-    result["speedup"] = {
-        section: _speedups(result[section])
-        for section in ("net_forward", "snapshot_pins", "actor_loop", "runtime")
-    }
+    result["speedup"] = {section: _speedups(result[section]) for section in SECTIONS}
     result["setup"] = {
         "mlp": "4-64-64 tanh, categorical(2) + value",
         "conv": "Nature-DQN torso on uint8 [84, 84, 4], categorical(6) + value",
@@ -206,6 +281,7 @@ def bench_scaling(threads: Sequence[int] = DEFAULT_THREADS, quick: bool = False)
         "snapshot_floats": SNAPSHOT_FLOATS,
         "seconds_per_measure": budget.seconds,
         "repeats": budget.repeats,
+        "learner_batches": {"mlp": LEARNER_MLP_BATCH, "conv": LEARNER_CONV_BATCH},
         "runtime_seconds": budget.runtime_s,
         "runtime_repeats": budget.runtime_repeats,
         "gil_release_threshold_flops": rlpar.gil_release_threshold(),
@@ -217,7 +293,7 @@ def format_scaling(r: dict[str, Any]) -> str:
     """One table per section: a row per case, a column per thread count (value, then ×speedup)."""
     ns = [str(n) for n in r["threads"]]
     lines = [f"thread scaling on {r['cpus']} cpus (values per second; ×: over {ns[0]} thread)"]
-    for section in ("net_forward", "snapshot_pins", "actor_loop", "runtime"):
+    for section in SECTIONS:
         lines.append(f"{section:<22}" + "".join(f"{'N=' + n:>18}" for n in ns))
         for case, by_n in r[section].items():
             sp = r["speedup"][section][case]

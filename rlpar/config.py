@@ -158,6 +158,11 @@ class RuntimeConfig:
     """B: rollouts per learner step (the learner sees [T, B * K])."""
     buffers_per_actor: int = 2
     """Preallocated rollouts per actor: an actor waits when all of its are queued."""
+    learner_threads: int = 1
+    """Threads for one learner step: the built-in agents split the batch's [T, N] columns into
+    this many shards, run forward, loss and backward of each on its own thread (GIL released)
+    and sum the gradients. More than 1 pays on many cores (see `rlpar bench scaling`); the sum
+    then rounds differently from one thread's, but a given count is still reproducible."""
     max_policy_lag: int | None = None
     """Drop rollouts older than this many learner versions (None: keep all)."""
     seed: int = 0
@@ -166,8 +171,9 @@ class RuntimeConfig:
     """Fixed schedule: each learner step consumes exactly the B rollouts made from the previous
     version (B must be a multiple of num_actors), and the run stops after exactly
     ceil(total_env_steps / (B * T * K)) learner steps, so two runs with one seed end with
-    bit-identical parameters. (target_return and max_wall_s still stop it, at a moment that
-    depends on timing.)"""
+    bit-identical parameters. target_return is then checked between learner steps, over the
+    episodes of the rollouts consumed so far, so it stops a run at the same step every time
+    (max_wall_s still stops it at a moment that depends on timing)."""
     total_env_steps: int = 1_000_000
     """Stop after this many env steps."""
     target_return: float | None = None
@@ -224,6 +230,12 @@ class RuntimeConfig:
             "checkpoint_interval_s",
             "None or a number > 0",
             self.checkpoint_interval_s,
+        )
+        _check(
+            1 <= self.learner_threads <= 256,
+            "learner_threads",
+            "an integer from 1 to 256",
+            self.learner_threads,
         )
         _check(self.backend in ("threads", "ray"), "backend", '"threads" or "ray"', self.backend)
         _check(

@@ -47,12 +47,19 @@ class EpisodeLog:
     count: int = 0
 
     def add(self, ret: float, length: int) -> None:
+        self.add_many([(ret, length)])
+
+    def add_many(self, ended: list[tuple[float, int]]) -> None:
+        """Log (return, length) pairs: one lock and one env-step count for all of them (an
+        unroll over many short episodes ends dozens, all while holding the GIL)."""
+        if not ended:
+            return
         steps = self.env_steps()
         with self.lock:
-            self.episodes.append((ret, length, steps))
-            self.count += 1
+            self.episodes.extend([(ret, length, steps) for ret, length in ended])
+            self.count += len(ended)
             if len(self.episodes) > 10_000:
-                del self.episodes[:5_000]
+                del self.episodes[: len(self.episodes) - 5_000]
 
     def recent(self, n: int) -> list[tuple[float, int, int]]:
         with self.lock:
@@ -67,8 +74,8 @@ class _RideAlong:
         r.ended.clear()
         self.ended = r.ended
 
-    def add(self, ret: float, length: int) -> None:
-        self.ended.append((ret, length))
+    def add_many(self, ended: list[tuple[float, int]]) -> None:
+        self.ended.extend(ended)
 
 
 class Actor:
@@ -194,8 +201,7 @@ class Actor:
             r.version, ends = self.envs.fused_unroll(
                 self.net, snap, self.sampler, r, self.ep_return, self.ep_length
             )
-        for ret, length in ends:
-            episodes.add(ret, length)
+        episodes.add_many(ends)
         self.prev_done = r.terminated[-1] | r.truncated[-1]
         self.obs = r.obs[-1].copy()
         self.stats.env_s += time.perf_counter() - t0
@@ -236,8 +242,9 @@ class Actor:
         self.ep_length += valid
         self.prev_done = done
         if done.any():
-            for k in np.flatnonzero(done):
-                episodes.add(float(self.ep_return[k]), int(self.ep_length[k]))
+            k = np.flatnonzero(done)
+            rets, lens = self.ep_return[k].tolist(), self.ep_length[k].tolist()
+            episodes.add_many(list(zip(rets, lens, strict=True)))
             self.ep_return[done] = 0.0
             self.ep_length[done] = 0
 

@@ -109,8 +109,7 @@ class Learner:
         for r in rollouts:
             self.actors[r.actor].free.put(r)
         if self.episodes is not None:
-            for ret, length in ended:  # deterministic mode: logged in batch order
-                self.episodes.add(ret, length)
+            self.episodes.add_many(ended)  # deterministic mode: logged in batch order
         t0 = time.perf_counter()
         metrics = self.agent.learn(self.net, self.state, batch)
         self.state.steps += 1

@@ -385,8 +385,7 @@ class RemoteActor:
             return False
         self.rng.bit_generator.state = reply["rng_state"]
         self._count_times(reply)
-        for ret, length in reply["episodes"]:
-            episodes.add(ret, length)
+        episodes.add_many(reply["episodes"])
         arrays = {name: _canonical(a) for name, a in reply["arrays"].items()}
         for i, (version, seq) in enumerate(zip(reply["versions"], reply["seqs"], strict=True)):
             _get(self.free, stop)  # wait for a slot (the learner hands them back): back-pressure
@@ -554,9 +553,9 @@ def _original(e: Exception) -> BaseException:
 class _EpisodeInbox(EpisodeLog):
     """The process's finished episodes, sent to the driver with the next reply."""
 
-    def add(self, ret: float, length: int) -> None:
+    def add_many(self, ended: list[tuple[float, int]]) -> None:
         with self.lock:
-            self.episodes.append((ret, length, 0))
+            self.episodes.extend([(ret, length, 0) for ret, length in ended])
 
     def drain(self) -> list[tuple[float, int]]:
         with self.lock:

@@ -15,6 +15,7 @@ termination wins, there is no bootstrap.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
@@ -117,6 +118,24 @@ class Batch:
             policy_lag=learner_version - versions,
             learner_version=learner_version,
         )
+
+    def split(self, parts: int) -> list[Batch]:
+        """The columns in ``min(parts, N)`` contiguous, nearly equal shards (copies, each array
+        C-contiguous), for a learner step spread over threads (`rlpar.ShardPool`).
+        ``versions``, ``policy_lag`` and ``learner_version`` are the whole batch's in each."""
+        if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+            raise ValueError(f"parts: expected an integer >= 1, got {parts!r}")
+        n = self.num_columns
+        bounds = np.linspace(0, n, min(parts, n) + 1).round().astype(int)
+        return [
+            Batch(
+                **{name: np.ascontiguousarray(getattr(self, name)[:, lo:hi]) for name in _ARRAYS},
+                versions=self.versions,
+                policy_lag=self.policy_lag,
+                learner_version=self.learner_version,
+            )
+            for lo, hi in itertools.pairwise(bounds)
+        ]
 
     @property
     def unroll_length(self) -> int:

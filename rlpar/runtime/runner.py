@@ -32,6 +32,7 @@ from rlpar.checkpoint import (
 )
 from rlpar.config import EnvConfig, RuntimeConfig, to_dict
 from rlpar.nn import Net
+from rlpar.parallel import ShardPool
 from rlpar.runtime.actor import Actor, EpisodeLog
 from rlpar.runtime.envs import make_actor_envs
 from rlpar.runtime.learner import Learner, VersionClock
@@ -297,6 +298,9 @@ class Runner:
         finally:
             self.stop.set()
             stuck = self._join_threads()
+            if self.state.pool is not None:
+                stuck += self.state.pool.close(cfg.join_timeout_s)
+                self.state.pool = None
             restore_signals()
         wall = time.perf_counter() - start
         learner_alive = any(t.name == "rlpar-learner" and t.is_alive() for t in self._threads)
@@ -353,6 +357,8 @@ class Runner:
 
     def _start_threads(self) -> None:
         cfg = self.cfg
+        if cfg.learner_threads > 1:  # the learner step's helpers, for this run only
+            self.state.pool = ShardPool(cfg.learner_threads)
         per_version = cfg.batch_rollouts // cfg.num_actors if cfg.deterministic else 1
         first = self.state.steps + 1
         for actor in self.actors:

@@ -1,0 +1,95 @@
+"""`ShardPool`: a few worker threads that run the shards of one learner step side by side.
+
+The runtime makes one per run when ``runtime.learner_threads`` > 1 and hands it to the agent as
+``LearnerState.pool``; an agent splits its batch (`rlpar.Batch.split`) and calls `ShardPool.map`.
+Each shard's work is native (forward, loss, backward with the GIL released), so the shards run
+in parallel; the Python between the native calls is what the threads take turns on.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+__all__ = ["ShardPool"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_MAX_THREADS = 256
+
+
+class ShardPool:
+    """``threads`` - 1 daemon helper threads plus the calling thread, which runs one share of
+    every `map` itself. Not for use by two callers at once (one learner owns it)."""
+
+    def __init__(self, threads: int, name: str = "rlpar-learner-shard") -> None:
+        if isinstance(threads, bool) or not isinstance(threads, int):
+            raise TypeError(f"threads: expected an int, got {type(threads).__name__}")
+        if not 1 <= threads <= _MAX_THREADS:
+            raise ValueError(f"threads: expected 1 to {_MAX_THREADS}, got {threads}")
+        self.threads = threads
+        self._tasks: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._workers = [
+            threading.Thread(target=self._work, name=f"{name}-{i + 1}", daemon=True)
+            for i in range(threads - 1)
+        ]
+        self._closed = False
+        for w in self._workers:
+            w.start()
+
+    def _work(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            task()
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """``[fn(x) for x in items]``, spread over the pool's threads; returns once every call
+        has finished. If calls raise, the first failing item's exception is raised (after all
+        calls have ended, so none is still using the caller's data)."""
+        if self._closed:
+            raise RuntimeError("ShardPool.map after close()")
+        n = len(items)
+        results: list = [None] * n
+        errors: list[BaseException | None] = [None] * n
+        remaining = [n]
+        done = threading.Condition()
+
+        def run(i: int) -> None:
+            try:
+                results[i] = fn(items[i])
+            except BaseException as exc:  # re-raised in the caller
+                errors[i] = exc
+            with done:
+                remaining[0] -= 1
+                if remaining[0] == 0:
+                    done.notify()
+
+        for i in range(1, n):
+            self._tasks.put(lambda i=i: run(i))
+        if n:
+            run(0)  # the caller's share; helpers take the rest (or the caller waits for them)
+            with done:
+                done.wait_for(lambda: remaining[0] == 0)
+        for exc in errors:
+            if exc is not None:
+                raise exc
+        return results
+
+    def close(self, timeout_s: float = 2.0) -> list[str]:
+        """Stop the helpers (idempotent); returns the names of any still running after
+        ``timeout_s`` each (they are daemons: left behind, never waited for forever)."""
+        if not self._closed:
+            self._closed = True
+            for _ in self._workers:
+                self._tasks.put(None)
+        for w in self._workers:
+            w.join(timeout_s)
+        return [w.name for w in self._workers if w.is_alive()]
+
+    def __enter__(self) -> ShardPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

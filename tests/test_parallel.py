@@ -1,0 +1,194 @@
+"""The learner step over threads: `rlpar.ShardPool`, `Batch.split`, the built-in agents' sharded
+step against the one-thread step, and ``runtime.learner_threads`` in whole runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import rlpar
+from rlpar import Batch, EnvConfig, LearnerState, Runner, RuntimeConfig, ShardPool
+
+
+def rlpar_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("rlpar-")]
+
+
+# ------------------------------------------------------------------------------ ShardPool
+
+
+def test_pool_maps_in_order_on_several_threads() -> None:
+    seen: set[str] = set()
+    gate = threading.Barrier(3, timeout=5)
+
+    def work(x: int) -> int:
+        seen.add(threading.current_thread().name)
+        gate.wait()  # all three calls must be running at once
+        return x * x
+
+    with ShardPool(3) as pool:
+        assert pool.map(work, [1, 2, 3]) == [1, 4, 9]
+        assert pool.map(lambda x: x + 1, list(range(10))) == list(range(1, 11))  # > threads
+        assert pool.map(work, []) == []
+    assert len(seen) == 3 and threading.current_thread().name in seen
+    assert not rlpar_threads()
+
+
+def test_pool_raises_the_first_failure_after_every_call_ended() -> None:
+    finished = []
+
+    def work(x: int) -> int:
+        if x == 1:
+            raise KeyError("shard 1")
+        if x == 2:
+            raise ValueError("shard 2")
+        time.sleep(0.05)
+        finished.append(x)
+        return x
+
+    pool = ShardPool(4)
+    with pytest.raises(KeyError, match="shard 1"):
+        pool.map(work, [0, 1, 2, 3])
+    assert sorted(finished) == [0, 3]
+    assert pool.map(abs, [-1, -2]) == [1, 2]  # still usable
+    assert pool.close() == [] and pool.close() == []
+    with pytest.raises(RuntimeError, match="after close"):
+        pool.map(abs, [1])
+    assert not rlpar_threads()
+
+
+@pytest.mark.parametrize(
+    ("threads", "exc", "match"),
+    [(0, ValueError, "expected 1 to 256, got 0"), (2.0, TypeError, "expected an int, got float"),
+     (True, TypeError, "expected an int, got bool"), (257, ValueError, "got 257")],
+)  # fmt: skip
+def test_pool_rejects_bad_thread_counts(threads, exc, match) -> None:
+    with pytest.raises(exc, match=match):
+        ShardPool(threads)
+
+
+# ---------------------------------------------------------------------------- Batch.split
+
+
+def random_batch(rng: np.random.Generator, net: rlpar.Net, params: np.ndarray, T: int, N: int):
+    """A CartPole-shaped batch [T, N] respecting mask[t+1] = not done[t]; behaviour is the net's
+    own output plus noise, so V-trace weights are not all 1."""
+    obs = rng.standard_normal((T + 1, N, 4)).astype(np.float32)
+    out = net.forward(params, obs.reshape(-1, 4)).reshape(T + 1, N, -1)
+    behaviour = out[:T] + 0.3 * rng.standard_normal(out[:T].shape).astype(np.float32)
+    actions = rng.integers(0, 2, (T, N)).astype(np.int64)
+    done = rng.random((T, N)) < 0.1
+    terminated = done & (rng.random((T, N)) < 0.7)
+    truncated = done & ~terminated
+    mask = np.ones((T, N), bool)
+    mask[1:] = ~done[:-1]
+    terminated &= mask
+    truncated &= mask
+    mask[:, 0] = False  # a column with no valid step
+    return Batch(
+        obs=obs, actions=actions, rewards=rng.standard_normal((T, N)).astype(np.float32),
+        terminated=terminated, truncated=truncated, mask=mask, behaviour=behaviour,
+        versions=np.array([3, 4]), policy_lag=np.array([1, 0]), learner_version=5,
+    )  # fmt: skip
+
+
+def impala_net() -> tuple[rlpar.Agent, rlpar.Net]:
+    agent = rlpar.make_agent("impala", {"optim": {"lr": 0.01}})
+    env = gym.make("CartPole-v1")
+    net = rlpar.Net(agent.net_spec(env.observation_space, env.action_space))
+    return agent, net
+
+
+def test_split_covers_the_columns_in_contiguous_shards() -> None:
+    _, net = impala_net()
+    batch = random_batch(np.random.default_rng(0), net, net.init_params(seed=0), 6, 11)
+    shards = batch.split(4)
+    sizes = [s.num_columns for s in shards]
+    assert len(sizes) == 4 and sum(sizes) == 11 and max(sizes) - min(sizes) <= 1
+    for name in ("obs", "actions", "rewards", "terminated", "truncated", "mask", "behaviour"):
+        parts = [getattr(s, name) for s in shards]
+        assert all(p.flags.c_contiguous for p in parts)
+        np.testing.assert_array_equal(np.concatenate(parts, axis=1), getattr(batch, name))
+    assert all(s.learner_version == 5 and list(s.versions) == [3, 4] for s in shards)
+    assert len(batch.split(50)) == 11  # never an empty shard
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="parts: expected an integer >= 1"):
+            batch.split(bad)
+
+
+# ------------------------------------------------------------------- the sharded agent step
+
+
+@pytest.mark.parametrize("threads", [2, 3, 7])
+def test_sharded_step_matches_one_thread(threads: int) -> None:
+    agent, net = impala_net()
+    params = net.init_params(seed=1)
+    batch = random_batch(np.random.default_rng(threads), net, params, 12, 9)
+
+    def step(pool: ShardPool | None) -> tuple[np.ndarray, dict]:
+        state = agent.init_state(net, params.copy())
+        state.pool = pool
+        metrics = agent.learn(net, state, batch)
+        return state.params, metrics
+
+    one, m1 = step(None)
+    with ShardPool(threads) as pool:
+        many, m2 = step(pool)
+        again, _ = step(pool)
+    assert not np.array_equal(one, params)
+    np.testing.assert_allclose(many, one, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(many, again)  # a given thread count is reproducible
+    assert set(m1) == set(m2)
+    for key in m1:
+        assert m2[key] == pytest.approx(m1[key], rel=1e-4, abs=1e-5), key
+
+
+def test_a_failing_shard_fails_the_step_and_releases_every_tape() -> None:
+    agent, net = impala_net()
+    params = net.init_params(seed=0)
+    batch = random_batch(np.random.default_rng(0), net, params, 5, 8)
+    batch.actions[3, 6] = 7  # CartPole has 2 actions: the loss of the last shard rejects it
+    state = agent.init_state(net, params.copy())
+    with ShardPool(4) as pool:
+        state.pool = pool
+        with pytest.raises(ValueError, match="action 7"):
+            agent.learn(net, state, batch)
+    np.testing.assert_array_equal(state.params, params)  # no partial update
+    stats = net.workspace_stats()
+    assert stats["idle"] == stats["workspaces"]  # every tape released
+
+
+# ---------------------------------------------------------------------------- whole runs
+
+
+def test_learner_threads_in_a_run_leave_no_thread_and_stay_deterministic() -> None:
+    def run() -> tuple[np.ndarray, rlpar.RunResult]:
+        cfg = RuntimeConfig(
+            num_actors=2, envs_per_actor=4, unroll_length=8, batch_rollouts=2,
+            total_env_steps=3000, deterministic=True, learner_threads=3,
+            checkpoint_interval_s=None,
+        )  # fmt: skip
+        runner = Runner(rlpar.make_agent("impala"), EnvConfig("CartPole-v1"), cfg)
+        result = runner.run()
+        assert runner.state.pool is None
+        return runner.state.params, result
+
+    (a, ra), (b, rb) = run(), run()
+    assert ra.learner_steps == rb.learner_steps >= 40
+    np.testing.assert_array_equal(a, b)
+    assert ra.stuck_threads == [] and not rlpar_threads()
+
+
+@pytest.mark.parametrize("bad", [0, 257, -1])
+def test_learner_threads_is_validated(bad: int) -> None:
+    with pytest.raises(rlpar.ConfigError, match=r"learner_threads: expected an integer from 1 to"):
+        RuntimeConfig(learner_threads=bad)
+
+
+def test_learner_state_pool_is_not_part_of_equality_or_repr() -> None:
+    state = LearnerState(params=np.zeros(3, np.float32), optimizer=rlpar.SGD(3, lr=0.1))
+    assert state.pool is None and "pool" not in repr(state)
