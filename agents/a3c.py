@@ -56,6 +56,7 @@ class A3C(ActorCriticAgent):
             self.layout,
             c.optim,
             c.reward_scale,
+            self._grad_scratch,
             gamma=c.gamma,
             importance_weighting=False,
             value_coef=c.value_coef,

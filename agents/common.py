@@ -142,38 +142,46 @@ def actor_critic_step(
     layout: PolicyLayout,
     optim: OptimConfig,
     reward_scale: float,
+    scratch: dict[int, list[np.ndarray]] | None = None,
     **loss_args: float | bool,
 ) -> dict[str, float]:
     """forward [T+1, N] -> native loss -> backward -> clip -> optimizer; all GIL-free.
 
     With ``state.pool`` (``runtime.learner_threads`` > 1) the N columns are split into one
-    shard per thread, each shard's forward, loss and backward run on its own thread, and the
-    gradients are summed weighted by the shards' valid steps (the loss is a mean over them).
+    shard per thread; each shard's forward, loss and backward run on its own thread, its output
+    gradient weighted by its share of the valid steps (the loss is a mean over them), into its
+    own gradient buffer (kept in ``scratch``); the buffers are then summed, clipped and applied
+    in slices of the parameter vector, on the pool too.
     """
     pool = state.pool
-
-    def shard_grad(b: rlpar.Batch) -> tuple[np.ndarray, dict[str, float]]:
-        return _actor_critic_grad(net, state.params, b, layout, reward_scale, loss_args)
-
     if pool is None or pool.threads == 1 or batch.num_columns < 2:
-        grad, metrics = shard_grad(batch)
+        fwd = _forward_loss(net, state.params, batch, layout, reward_scale, loss_args)
+        out, tape, dout, metrics = fwd
+        try:
+            grad = net.backward(tape, dout.reshape(out.shape))
+        finally:
+            tape.release()
     else:
-        grad, metrics = _combine_shards(pool.map(shard_grad, batch.split(pool.threads)))
-    metrics["grad_norm"] = rlpar.clip_grad_norm(grad, optim.max_grad_norm)
-    state.optimizer.step(state.params, grad)
+        grad, metrics = _sharded_grad(
+            net, state.params, batch, layout, reward_scale, loss_args, pool,
+            {} if scratch is None else scratch,
+        )  # fmt: skip
+    metrics["grad_norm"] = rlpar.clip_grad_norm(grad, optim.max_grad_norm, pool)
+    state.optimizer.step(state.params, grad, pool)
     metrics["learning_rate"] = state.optimizer.lr
     return metrics
 
 
-def _actor_critic_grad(
+def _forward_loss(
     net: rlpar.Net,
     params: np.ndarray,
     batch: rlpar.Batch,
     layout: PolicyLayout,
     reward_scale: float,
     loss_args: dict[str, float | bool],
-) -> tuple[np.ndarray, dict[str, float]]:
-    """The loss gradient w.r.t. the parameters, float32 [num_params], and the loss metrics."""
+) -> tuple[np.ndarray, rlpar.Tape, np.ndarray, dict[str, float]]:
+    """Outputs [(T+1) N, O], their tape (the caller releases it), the loss gradient w.r.t. the
+    outputs [T+1, N, O], and the loss metrics."""
     t_len, n = batch.rewards.shape
     rewards = batch.rewards if reward_scale == 1.0 else batch.rewards * np.float32(reward_scale)
     obs = batch.obs.reshape((t_len + 1) * n, *batch.obs.shape[2:])
@@ -194,25 +202,59 @@ def _actor_critic_grad(
             value_col=layout.value_col,
             **loss_args,
         )
-        grad = net.backward(tape, dout.reshape(out.shape))
-    finally:
+    except BaseException:
         tape.release()
-    return grad, metrics
+        raise
+    return out, tape, dout, metrics
 
 
-def _combine_shards(
-    parts: list[tuple[np.ndarray, dict[str, float]]],
+def _sharded_grad(
+    net: rlpar.Net,
+    params: np.ndarray,
+    batch: rlpar.Batch,
+    layout: PolicyLayout,
+    reward_scale: float,
+    loss_args: dict[str, float | bool],
+    pool: rlpar.ShardPool,
+    scratch: dict[int, list[np.ndarray]],
 ) -> tuple[np.ndarray, dict[str, float]]:
-    """Per-shard means over valid steps -> the whole batch's: weights valid_i / sum(valid)."""
-    valid = np.array([m["valid_steps"] for _, m in parts], np.float64)
+    """The whole batch's parameter gradient and metrics, computed shard by shard on ``pool``."""
+    shards = batch.split(pool.threads)
+    # The loss is a mean over valid (mask) steps: each shard's output gradient is scaled by its
+    # share of them, so the shards' parameter gradients simply add up.
+    valid = np.array([s.mask.sum() for s in shards], np.float64)
     total = valid.sum()
-    weights = valid / total if total > 0 else np.full(len(parts), 1.0 / len(parts))
-    grad = parts[0][0] * np.float32(weights[0])
-    for (g, _), w in zip(parts[1:], weights[1:], strict=True):
-        grad += g * np.float32(w)
+    weights = valid / total if total > 0 else np.full(len(shards), 1.0 / len(shards))
+    bufs = scratch.get(net.num_params)
+    if bufs is None or len(bufs) < len(shards) + 1:
+        bufs = scratch[net.num_params] = [
+            np.empty(net.num_params, np.float32) for _ in range(len(shards) + 1)
+        ]
+    grad, parts = bufs[0], bufs[1:]
+
+    def shard_grad(i: int) -> dict[str, float]:
+        out, tape, dout, metrics = _forward_loss(
+            net, params, shards[i], layout, reward_scale, loss_args
+        )
+        try:
+            dout *= np.float32(weights[i])
+            net.backward(tape, dout.reshape(out.shape), grad=parts[i])
+        finally:
+            tape.release()
+        return metrics
+
+    shard_metrics = pool.map(shard_grad, list(range(len(shards))))
+
+    def reduce(sl: slice) -> None:
+        acc = grad[sl]
+        np.copyto(acc, parts[0][sl])
+        for g in parts[1 : len(shards)]:
+            np.add(acc, g[sl], out=acc)
+
+    pool.map(reduce, pool.slices(net.num_params))
     metrics = {
-        key: float(sum(w * m[key] for (_, m), w in zip(parts, weights, strict=True)))
-        for key in parts[0][1]
+        key: float(sum(w * m[key] for m, w in zip(shard_metrics, weights, strict=True)))
+        for key in shard_metrics[0]
     }
     metrics["valid_steps"] = float(total)
     return grad, metrics
@@ -225,6 +267,7 @@ class ActorCriticAgent(rlpar.Agent):
     def __init__(self, config) -> None:  # a config with gamma, net and optim
         self.config = config
         self.gamma = config.gamma
+        self._grad_scratch: dict[int, list[np.ndarray]] = {}  # sharded steps' gradient buffers
 
     def net_spec(self, obs_space: gym.Space, action_space: gym.Space) -> rlpar.NetSpec:
         return actor_critic_spec(obs_space, action_space, self.config.net)

@@ -64,6 +64,7 @@ class Impala(ActorCriticAgent):
             self.layout,
             c.optim,
             c.reward_scale,
+            self._grad_scratch,
             gamma=c.gamma,
             importance_weighting=True,
             rho_bar=c.rho_bar,

@@ -55,6 +55,7 @@ def _rate(
     env_id: str = "CartPole-v1",
     unroll_length: int = 16,
     learner_threads: int = 1,
+    batch_rollouts: int = 1,
 ) -> float:
     """Env steps/s of one run, read from its progress reports after the first third."""
     agent = make_agent("impala", {"optim": {"lr": 0.003}})
@@ -62,7 +63,7 @@ def _rate(
         agent = _IdleLearner(agent)
     runtime = RuntimeConfig(
         num_actors=num_actors, envs_per_actor=envs_per_actor, unroll_length=unroll_length,
-        batch_rollouts=1, total_env_steps=10**12, max_wall_s=seconds,
+        batch_rollouts=batch_rollouts, total_env_steps=10**12, max_wall_s=seconds,
         checkpoint_interval_s=None, learner_threads=learner_threads,
     )  # fmt: skip
     samples: list[tuple[float, int]] = []

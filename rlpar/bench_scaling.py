@@ -14,9 +14,12 @@ For each thread count N (default 1, 2, 4, 8, 16), side by side in one process:
   (the batch's columns split over N threads, `rlpar.ShardPool`): the mlp on a [20, 256] batch
   and the conv net on a [4, 32] batch of frames.
 - ``runtime``: the whole actor/learner runtime on ``rlpar/CartPole-v1`` with N actors (64
-  envs each, fused unrolls) and the IMPALA agent, the learner idle (actors and queues alone),
-  busy (real learner steps on one thread, which then set the pace) and busy with
-  ``learner_threads`` = N (``learner_busy_pooled``).
+  envs each, fused unrolls) and the IMPALA agent, the learner idle (actors and queues alone)
+  and busy (real learner steps on one thread, which then set the pace), the idle learner
+  again with 256 envs per actor (``learner_idle_k256``: 4x fewer rollouts, so 4x fewer GIL
+  hand-offs and queue operations per env step); and
+  ``learner_threads``: 2 actors feeding batches of 2 rollouts ([20, 128]) to a learner with
+  ``runtime.learner_threads`` = N (here N counts learner threads, not actors).
 
 Every configuration runs once per round, rounds repeat, and values are medians; ``speedup``
 divides each by its 1-thread value (or the smallest N asked for). ``cpus`` is the number of cores
@@ -218,18 +221,35 @@ def _learner_step(threads: Sequence[int], budget: Budget) -> dict[str, dict[str,
     return {name: {str(k): _sig(med[name, k]) for k in threads} for name in cases}
 
 
-RUNTIME_MODES = ("learner_idle", "learner_busy", "learner_busy_pooled")
+RUNTIME_MODES = ("learner_idle", "learner_idle_k256", "learner_busy", "learner_threads")
+POOLED_ACTORS = 2
 
 
 def _runtime(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, float]]:
-    configs = {
-        (mode, n): (
-            lambda mode=mode, n=n: runtime_rate(
-                n, mode != "learner_idle", budget.runtime_s, NUM_ENVS, "rlpar/CartPole-v1",
+    def measure(mode: str, n: int) -> float:
+        if mode == "learner_threads":  # a learner-bound run: 2 actors, batches of 2 rollouts
+            return runtime_rate(
+                POOLED_ACTORS,
+                True,
+                budget.runtime_s,
+                NUM_ENVS,
+                "rlpar/CartPole-v1",
                 unroll_length=UNROLL,
-                learner_threads=n if mode == "learner_busy_pooled" else 1,
+                learner_threads=n,
+                batch_rollouts=2,
             )
+        envs = 4 * NUM_ENVS if mode == "learner_idle_k256" else NUM_ENVS
+        return runtime_rate(
+            n,
+            mode == "learner_busy",
+            budget.runtime_s,
+            envs,
+            "rlpar/CartPole-v1",
+            unroll_length=UNROLL,
         )
+
+    configs = {
+        (mode, n): (lambda mode=mode, n=n: measure(mode, n))
         for mode in RUNTIME_MODES
         for n in threads
     }  # fmt: skip
@@ -253,7 +273,8 @@ def bench_scaling(threads: Sequence[int] = DEFAULT_THREADS, quick: bool = False)
     "snapshot_pins": {"pins_per_s"|"publishes_per_s": {N: per s}},
     "actor_loop": {"python_env"|"native_fused": {N: env steps/s}},
     "learner_step": {"mlp_T20_N256"|"conv_T4_N32": {N: samples/s}},
-    "runtime": {"learner_idle"|"learner_busy"|"learner_busy_pooled": {N: env steps/s}},
+    "runtime": {"learner_idle"|"learner_idle_k256"|"learner_busy"|"learner_threads": {N: env
+    steps/s}},
     "speedup": {section: {case: {N: value / value at the smallest N}}}, "setup": {...}}``;
     every value a median of repeats.
     """

@@ -16,18 +16,35 @@ import math
 import numpy as np
 
 from rlpar import _native
+from rlpar.parallel import ShardPool
 
 __all__ = ["SGD", "Adam", "Optimizer", "RMSProp", "clip_grad_norm", "global_norm"]
 
 
-def global_norm(grad: np.ndarray) -> float:
-    """Euclidean norm of a flat float32 vector (accumulated in double)."""
-    return _native.global_norm(grad)
+def global_norm(grad: np.ndarray, pool: ShardPool | None = None) -> float:
+    """Euclidean norm of a flat float32 vector (accumulated in double); with ``pool``, long
+    vectors are summed in slices on the pool's threads."""
+    if pool is None:
+        return _native.global_norm(grad)
+    parts = pool.map(lambda sl: _native.global_norm(grad[sl]) ** 2, pool.slices(len(grad)))
+    return math.sqrt(math.fsum(parts))
 
 
-def clip_grad_norm(grad: np.ndarray, max_norm: float) -> float:
-    """Scale ``grad`` (float32 ``[n]``) in place to norm <= ``max_norm``; return the old norm."""
-    return _native.clip_by_global_norm(grad, float(max_norm))
+def clip_grad_norm(grad: np.ndarray, max_norm: float, pool: ShardPool | None = None) -> float:
+    """Scale ``grad`` (float32 ``[n]``) in place to norm <= ``max_norm``; return the old norm.
+    With ``pool``, long vectors are measured and scaled in slices on the pool's threads."""
+    if pool is None:
+        return _native.clip_by_global_norm(grad, float(max_norm))
+    if not (isinstance(grad, np.ndarray) and grad.dtype == np.float32 and grad.ndim == 1):
+        raise TypeError(
+            f"grad: expected a 1-D float32 numpy array, got {type(grad).__name__} "
+            f"{getattr(grad, 'dtype', '')} with shape {np.shape(grad)}"
+        )
+    norm = global_norm(grad, pool)
+    if norm > max_norm and norm > 0.0:
+        scale = np.float32(max_norm / norm)
+        pool.map(lambda sl: np.multiply(grad[sl], scale, out=grad[sl]), pool.slices(len(grad)))
+    return norm
 
 
 def _check(
@@ -43,6 +60,10 @@ def _check(
     return value
 
 
+def _cut(a, sl: slice | None):
+    return a if sl is None or a is None else a[sl]
+
+
 class Optimizer:
     """Base: flat state buffers by name, and a learning rate that may change between steps."""
 
@@ -55,9 +76,36 @@ class Optimizer:
         self._state = {name: np.zeros(self.num_params, np.float32) for name in buffers}
         self.steps = 0
 
-    def step(self, params: np.ndarray, grad: np.ndarray) -> None:
-        """Update ``params`` (float32 ``[num_params]``) in place from ``grad``."""
+    def step(self, params: np.ndarray, grad: np.ndarray, pool: ShardPool | None = None) -> None:
+        """Update ``params`` (float32 ``[num_params]``) in place from ``grad``. With ``pool``,
+        long vectors are updated in slices on the pool's threads (every rule is elementwise,
+        so the result is the same)."""
+        self._check_params(params)
+        if pool is None:
+            self._update(params, grad, None)
+        else:
+            for name, a in (("params", params), ("grad", grad)):
+                if not (
+                    isinstance(a, np.ndarray)
+                    and a.dtype == np.float32
+                    and a.shape == (self.num_params,)
+                    and a.flags.c_contiguous
+                ):
+                    raise ValueError(
+                        f"{name}: expected a contiguous float32 array of shape "
+                        f"({self.num_params},), got {type(a).__name__} "
+                        f"{getattr(a, 'dtype', '')} with shape {np.shape(a)}"
+                    )
+            pool.map(lambda sl: self._update(params, grad, sl), pool.slices(self.num_params))
+        self.steps += 1
+
+    def _update(self, params: np.ndarray, grad: np.ndarray, sl: slice | None) -> None:
+        """One native update of ``params[sl]`` from ``grad[sl]`` and the state's ``[sl]``
+        (``sl`` None: the whole arrays, passed as they came so the native checks see them)."""
         raise NotImplementedError
+
+    def _buf(self, name: str, sl: slice | None) -> np.ndarray | None:
+        return _cut(self._state.get(name), sl)
 
     def _check_params(self, params: np.ndarray) -> None:
         # Without state buffers to compare against, a wrong size would otherwise go unnoticed.
@@ -106,18 +154,16 @@ class SGD(Optimizer):
         self.weight_decay = _check("weight_decay", weight_decay, 0.0)
         self.nesterov = bool(nesterov)
 
-    def step(self, params: np.ndarray, grad: np.ndarray) -> None:
-        self._check_params(params)
+    def _update(self, params: np.ndarray, grad: np.ndarray, sl: slice | None) -> None:
         _native.sgd_step(
-            params,
-            grad,
-            self._state.get("momentum_buffer"),
+            _cut(params, sl),
+            _cut(grad, sl),
+            self._buf("momentum_buffer", sl),
             self.lr,
             self.momentum,
             self.weight_decay,
             self.nesterov,
         )
-        self.steps += 1
 
 
 class RMSProp(Optimizer):
@@ -143,22 +189,19 @@ class RMSProp(Optimizer):
         self.centered = bool(centered)
         self.weight_decay = _check("weight_decay", weight_decay, 0.0)
 
-    def step(self, params: np.ndarray, grad: np.ndarray) -> None:
-        self._check_params(params)
-        s = self._state
+    def _update(self, params: np.ndarray, grad: np.ndarray, sl: slice | None) -> None:
         _native.rmsprop_step(
-            params,
-            grad,
-            s["square_avg"],
-            s.get("grad_avg"),
-            s.get("momentum_buffer"),
+            _cut(params, sl),
+            _cut(grad, sl),
+            self._buf("square_avg", sl),
+            self._buf("grad_avg", sl),
+            self._buf("momentum_buffer", sl),
             self.lr,
             self.alpha,
             self.eps,
             self.momentum,
             self.weight_decay,
         )
-        self.steps += 1
 
 
 class Adam(Optimizer):
@@ -181,14 +224,12 @@ class Adam(Optimizer):
         self.eps = _check("eps", eps, 0.0, open_low=True)
         self.weight_decay = _check("weight_decay", weight_decay, 0.0)
 
-    def step(self, params: np.ndarray, grad: np.ndarray) -> None:
-        self._check_params(params)
-        s = self._state
+    def _update(self, params: np.ndarray, grad: np.ndarray, sl: slice | None) -> None:
         _native.adam_step(
-            params,
-            grad,
-            s["exp_avg"],
-            s["exp_avg_sq"],
+            _cut(params, sl),
+            _cut(grad, sl),
+            self._buf("exp_avg", sl),
+            self._buf("exp_avg_sq", sl),
             self.steps + 1,
             self.lr,
             self.beta1,
@@ -196,4 +237,3 @@ class Adam(Optimizer):
             self.eps,
             self.weight_decay,
         )
-        self.steps += 1

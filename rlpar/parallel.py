@@ -8,6 +8,7 @@ in parallel; the Python between the native calls is what the threads take turns 
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 from collections.abc import Callable, Sequence
@@ -76,6 +77,13 @@ class ShardPool:
             if exc is not None:
                 raise exc
         return results
+
+    def slices(self, n: int, min_size: int = 1 << 16) -> list[slice]:
+        """``range(n)`` in at most ``threads`` contiguous slices of at least ``min_size`` items
+        (one slice when ``n`` is small: splitting a short vector costs more than it saves)."""
+        parts = max(1, min(self.threads, n // max(1, min_size)))
+        bounds = [round(i * n / parts) for i in range(parts + 1)]
+        return [slice(lo, hi) for lo, hi in itertools.pairwise(bounds)]
 
     def close(self, timeout_s: float = 2.0) -> list[str]:
         """Stop the helpers (idempotent); returns the names of any still running after

@@ -147,7 +147,7 @@ def test_bench_scaling_json_has_a_value_per_thread_count(tmp_path) -> None:
         "snapshot_pins": {"pins_per_s", "publishes_per_s"},
         "actor_loop": {"python_env", "native_fused"},
         "learner_step": {"mlp_T20_N256", "conv_T4_N32"},
-        "runtime": {"learner_idle", "learner_busy", "learner_busy_pooled"},
+        "runtime": {"learner_idle", "learner_idle_k256", "learner_busy", "learner_threads"},
     }
     for section, cases in sections.items():
         assert set(r[section]) == cases == set(r["speedup"][section])

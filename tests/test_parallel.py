@@ -3,6 +3,7 @@ step against the one-thread step, and ``runtime.learner_threads`` in whole runs.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -192,3 +193,91 @@ def test_learner_threads_is_validated(bad: int) -> None:
 def test_learner_state_pool_is_not_part_of_equality_or_repr() -> None:
     state = LearnerState(params=np.zeros(3, np.float32), optimizer=rlpar.SGD(3, lr=0.1))
     assert state.pool is None and "pool" not in repr(state)
+
+
+# ------------------------------------------------------------- optimizer and clip in slices
+
+
+def test_slices_cover_the_range_and_short_vectors_stay_whole() -> None:
+    with ShardPool(4) as pool:
+        assert pool.slices(1000) == [slice(0, 1000)]
+        sl = pool.slices(300_000, min_size=1 << 16)
+        assert len(sl) == 4 and sl[0].start == 0 and sl[-1].stop == 300_000
+        assert all(a.stop == b.start for a, b in itertools.pairwise(sl))
+        assert len(pool.slices(100_000, min_size=1 << 16)) == 1
+        assert len(pool.slices(10, min_size=1)) == 4
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda n: rlpar.SGD(n, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
+        lambda n: rlpar.RMSProp(n, lr=0.01, momentum=0.5, centered=True),
+        lambda n: rlpar.Adam(n, lr=0.01, weight_decay=0.001),
+    ],
+)
+def test_optimizer_steps_in_slices_equal_whole_steps(make) -> None:
+    n = 300_001
+    rng = np.random.default_rng(0)
+    p0 = rng.standard_normal(n).astype(np.float32)
+    grads = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
+    whole, sliced = make(n), make(n)
+    a, b = p0.copy(), p0.copy()
+    with ShardPool(3) as pool:
+        assert len(pool.slices(n)) == 3
+        for g in grads:
+            whole.step(a, g)
+            sliced.step(b, g, pool)
+        np.testing.assert_array_equal(a, b)
+        assert whole.steps == sliced.steps == 3
+        for key, value in whole.state_dict().items():
+            np.testing.assert_array_equal(value, sliced.state_dict()[key])
+        with pytest.raises(ValueError, match=r"grad: expected a contiguous float32 array"):
+            sliced.step(b, grads[0][:-1], pool)
+        with pytest.raises(ValueError, match=r"grad: expected .* got ndarray float64"):
+            sliced.step(b, grads[0].astype(np.float64), pool)
+
+
+def test_clip_in_slices_matches_the_native_clip() -> None:
+    g = np.random.default_rng(1).standard_normal(400_000).astype(np.float32)
+    with ShardPool(4) as pool:
+        for max_norm in (1.0, 1e9):
+            a, b = g.copy(), g.copy()
+            na = rlpar.clip_grad_norm(a, max_norm)
+            nb = rlpar.clip_grad_norm(b, max_norm, pool)
+            assert nb == pytest.approx(na, rel=1e-12)
+            np.testing.assert_allclose(b, a, rtol=1e-6)
+            assert rlpar.global_norm(b, pool) == pytest.approx(min(max_norm, na), rel=1e-5)
+        with pytest.raises(TypeError, match="grad: expected a 1-D float32 numpy array"):
+            rlpar.clip_grad_norm(g.astype(np.float64), 1.0, pool)
+
+
+def test_sharded_conv_step_matches_one_thread() -> None:
+    """A net big enough (1.7M parameters) that the sum, clip and optimizer run in slices."""
+    agent = rlpar.make_agent("impala", {"optim": {"lr": 0.01, "max_grad_norm": 0.5}})
+    obs_space = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
+    net = rlpar.Net(agent.net_spec(obs_space, gym.spaces.Discrete(3)))
+    params = net.init_params(seed=0)
+    rng = np.random.default_rng(0)
+    T, N = 2, 5
+    obs = rng.integers(0, 256, (T + 1, N, 84, 84, 4), dtype=np.uint8)
+    out = net.forward(params, obs.reshape(-1, 84, 84, 4)).reshape(T + 1, N, -1)
+    batch = Batch(
+        obs=obs, actions=rng.integers(0, 3, (T, N)), rewards=np.ones((T, N), np.float32),
+        terminated=np.zeros((T, N), bool), truncated=np.zeros((T, N), bool),
+        mask=np.ones((T, N), bool), behaviour=out[:T].copy(), versions=np.array([1]),
+        policy_lag=np.array([0]), learner_version=1,
+    )  # fmt: skip
+
+    def step(pool: ShardPool | None) -> tuple[np.ndarray, dict]:
+        state = agent.init_state(net, params.copy())
+        state.pool = pool
+        return state.params, agent.learn(net, state, batch)
+
+    one, m1 = step(None)
+    with ShardPool(3) as pool:
+        assert len(pool.slices(net.num_params)) == 3
+        many, m2 = step(pool)
+    assert m1["grad_norm"] > 0.5  # the clip is active
+    assert m2["grad_norm"] == pytest.approx(m1["grad_norm"], rel=1e-4)
+    np.testing.assert_allclose(many, one, rtol=1e-5, atol=1e-6)
