@@ -336,38 +336,48 @@ SnapshotReadersBench bench_snapshot_readers(std::size_t n_floats, int readers, d
   std::vector<std::uint64_t> pins(static_cast<std::size_t>(readers), 0);
   std::uint64_t publishes = 0;
   std::vector<std::thread> threads;
-  for (int r = 0; r < readers; ++r) {
-    threads.emplace_back([&, r] {
+  // If a thread cannot be started, the started ones are released and joined before the error
+  // leaves: destroying a joinable std::thread would terminate the process.
+  auto stop_all = [&] {
+    stop.store(true, std::memory_order_relaxed);
+    go.store(true, std::memory_order_release);
+    for (auto& t : threads) t.join();
+  };
+  try {
+    for (int r = 0; r < readers; ++r) {
+      threads.emplace_back([&, r] {
+        while (!go.load(std::memory_order_acquire)) {
+        }
+        std::uint64_t n = 0;
+        float sink = 0.0f;
+        while (!stop.load(std::memory_order_relaxed)) {
+          Pin pin = store.pin();
+          sink += pin.data()[0];
+          ++n;
+        }
+        asm volatile("" : : "r"(sink));
+        pins[static_cast<std::size_t>(r)] = n;
+      });
+    }
+    threads.emplace_back([&] {  // the writer, last
       while (!go.load(std::memory_order_acquire)) {
       }
       std::uint64_t n = 0;
-      float sink = 0.0f;
       while (!stop.load(std::memory_order_relaxed)) {
-        Pin pin = store.pin();
-        sink += pin.data()[0];
+        store.publish(params.data(), n_floats);
         ++n;
       }
-      asm volatile("" : : "r"(sink));
-      pins[static_cast<std::size_t>(r)] = n;
+      publishes = n;
     });
+  } catch (...) {
+    stop_all();
+    throw;
   }
   const std::uint64_t skipped0 = store.skipped();
-  std::thread writer([&] {
-    while (!go.load(std::memory_order_acquire)) {
-    }
-    std::uint64_t n = 0;
-    while (!stop.load(std::memory_order_relaxed)) {
-      store.publish(params.data(), n_floats);
-      ++n;
-    }
-    publishes = n;
-  });
   const auto t0 = Clock::now();
   go.store(true, std::memory_order_release);
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  stop.store(true, std::memory_order_relaxed);
-  for (auto& t : threads) t.join();
-  writer.join();
+  stop_all();
   const double elapsed = seconds_since(t0);
   std::uint64_t total = 0;
   for (auto n : pins) total += n;
