@@ -21,11 +21,34 @@ from rlpar.parallel import ShardPool
 __all__ = ["SGD", "Adam", "Optimizer", "RMSProp", "clip_grad_norm", "global_norm"]
 
 
+def _check_sliceable(name: str, a: object, n: int | None = None) -> np.ndarray:
+    """What the native kernels accept, checked before a vector is cut into slices for a pool
+    (a slice of a wrong array could pass the kernels' own checks): as they word it, TypeError
+    for the type or dtype, ValueError for the shape or layout."""
+    if not isinstance(a, np.ndarray) or a.dtype != np.float32:
+        got = f"{a.dtype}" if isinstance(a, np.ndarray) else type(a).__name__
+        raise TypeError(f"{name} must be a float32 numpy array, got {got}")
+    if a.ndim != 1 or (n is not None and a.shape[0] != n) or not a.flags.c_contiguous:
+        size = "" if n is None else f" of {n} values"
+        layout = "" if a.flags.c_contiguous else " (not contiguous)"
+        raise ValueError(
+            f"{name} must be a flat contiguous float32 vector{size}, got shape {a.shape}{layout}"
+        )
+    return a
+
+
+def _check_pool(pool: object) -> None:
+    if not isinstance(pool, ShardPool):
+        raise TypeError(f"pool must be an rlpar.ShardPool or None, got {type(pool).__name__}")
+
+
 def global_norm(grad: np.ndarray, pool: ShardPool | None = None) -> float:
     """Euclidean norm of a flat float32 vector (accumulated in double); with ``pool``, long
     vectors are summed in slices on the pool's threads."""
     if pool is None:
         return _native.global_norm(grad)
+    _check_pool(pool)
+    _check_sliceable("grad", grad)
     parts = pool.map(lambda sl: _native.global_norm(grad[sl]) ** 2, pool.slices(len(grad)))
     return math.sqrt(math.fsum(parts))
 
@@ -35,11 +58,6 @@ def clip_grad_norm(grad: np.ndarray, max_norm: float, pool: ShardPool | None = N
     With ``pool``, long vectors are measured and scaled in slices on the pool's threads."""
     if pool is None:
         return _native.clip_by_global_norm(grad, float(max_norm))
-    if not (isinstance(grad, np.ndarray) and grad.dtype == np.float32 and grad.ndim == 1):
-        raise TypeError(
-            f"grad: expected a 1-D float32 numpy array, got {type(grad).__name__} "
-            f"{getattr(grad, 'dtype', '')} with shape {np.shape(grad)}"
-        )
     norm = global_norm(grad, pool)
     if norm > max_norm and norm > 0.0:
         scale = np.float32(max_norm / norm)
@@ -84,18 +102,9 @@ class Optimizer:
         if pool is None:
             self._update(params, grad, None)
         else:
-            for name, a in (("params", params), ("grad", grad)):
-                if not (
-                    isinstance(a, np.ndarray)
-                    and a.dtype == np.float32
-                    and a.shape == (self.num_params,)
-                    and a.flags.c_contiguous
-                ):
-                    raise ValueError(
-                        f"{name}: expected a contiguous float32 array of shape "
-                        f"({self.num_params},), got {type(a).__name__} "
-                        f"{getattr(a, 'dtype', '')} with shape {np.shape(a)}"
-                    )
+            _check_pool(pool)
+            _check_sliceable("params", params, self.num_params)
+            _check_sliceable("grad", grad, self.num_params)
             pool.map(lambda sl: self._update(params, grad, sl), pool.slices(self.num_params))
         self.steps += 1
 

@@ -11,15 +11,22 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-__all__ = ["ShardPool"]
+__all__ = ["ShardPool", "even_slices"]
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 _MAX_THREADS = 256
+
+
+def even_slices(n: int, parts: int) -> list[slice]:
+    """``range(n)`` in ``parts`` contiguous slices whose sizes differ by at most one (callers
+    keep ``1 <= parts <= n`` when no slice may be empty)."""
+    bounds = [round(i * n / parts) for i in range(parts + 1)]
+    return [slice(lo, hi) for lo, hi in itertools.pairwise(bounds)]
 
 
 class ShardPool:
@@ -45,12 +52,14 @@ class ShardPool:
         while (task := self._tasks.get()) is not None:
             task()
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
         """``[fn(x) for x in items]``, spread over the pool's threads; returns once every call
         has finished. If calls raise, the first failing item's exception is raised (after all
-        calls have ended, so none is still using the caller's data)."""
+        calls have ended, so none is still using the caller's data). ``fn`` must not call
+        `map` on the same pool: its helpers would wait on each other."""
         if self._closed:
             raise RuntimeError("ShardPool.map after close()")
+        items = list(items)
         n = len(items)
         results: list = [None] * n
         errors: list[BaseException | None] = [None] * n
@@ -81,9 +90,10 @@ class ShardPool:
     def slices(self, n: int, min_size: int = 1 << 16) -> list[slice]:
         """``range(n)`` in at most ``threads`` contiguous slices of at least ``min_size`` items
         (one slice when ``n`` is small: splitting a short vector costs more than it saves)."""
-        parts = max(1, min(self.threads, n // max(1, min_size)))
-        bounds = [round(i * n / parts) for i in range(parts + 1)]
-        return [slice(lo, hi) for lo, hi in itertools.pairwise(bounds)]
+        for name, value, low in (("n", n, 0), ("min_size", min_size, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
+        return even_slices(n, max(1, min(self.threads, n // min_size)))
 
     def close(self, timeout_s: float = 2.0) -> list[str]:
         """Stop the helpers (idempotent); returns the names of any still running after

@@ -206,6 +206,15 @@ def test_slices_cover_the_range_and_short_vectors_stay_whole() -> None:
         assert all(a.stop == b.start for a, b in itertools.pairwise(sl))
         assert len(pool.slices(100_000, min_size=1 << 16)) == 1
         assert len(pool.slices(10, min_size=1)) == 4
+        assert pool.slices(0) == [slice(0, 0)]
+        for bad in ({"n": -1}, {"n": 2.5}, {"n": 10, "min_size": 0}):
+            with pytest.raises(ValueError, match=r"expected an integer >= [01], got"):
+                pool.slices(**bad)
+
+
+def test_pool_map_takes_any_iterable() -> None:
+    with ShardPool(2) as pool:
+        assert pool.map(str, (x for x in range(3))) == ["0", "1", "2"]
 
 
 @pytest.mark.parametrize(
@@ -232,10 +241,17 @@ def test_optimizer_steps_in_slices_equal_whole_steps(make) -> None:
         assert whole.steps == sliced.steps == 3
         for key, value in whole.state_dict().items():
             np.testing.assert_array_equal(value, sliced.state_dict()[key])
-        with pytest.raises(ValueError, match=r"grad: expected a contiguous float32 array"):
+        with pytest.raises(ValueError, match=r"grad must be a flat .* of 300001 values, got"):
             sliced.step(b, grads[0][:-1], pool)
-        with pytest.raises(ValueError, match=r"grad: expected .* got ndarray float64"):
+        with pytest.raises(TypeError, match=r"grad must be a float32 numpy array, got float64"):
             sliced.step(b, grads[0].astype(np.float64), pool)
+        strided = np.ones(2 * n, np.float32)[::2]
+        with pytest.raises(ValueError, match=r"params must .* got shape \(300001,\) \(not cont"):
+            sliced.step(strided, grads[0], pool)
+        with pytest.raises(TypeError, match=r"pool must be an rlpar.ShardPool or None, got int"):
+            sliced.step(b, grads[0], 4)
+        np.testing.assert_array_equal(a, b)  # no failed call changed anything
+        assert sliced.steps == 3
 
 
 def test_clip_in_slices_matches_the_native_clip() -> None:
@@ -248,8 +264,14 @@ def test_clip_in_slices_matches_the_native_clip() -> None:
             assert nb == pytest.approx(na, rel=1e-12)
             np.testing.assert_allclose(b, a, rtol=1e-6)
             assert rlpar.global_norm(b, pool) == pytest.approx(min(max_norm, na), rel=1e-5)
-        with pytest.raises(TypeError, match="grad: expected a 1-D float32 numpy array"):
+        with pytest.raises(TypeError, match="grad must be a float32 numpy array, got float64"):
             rlpar.clip_grad_norm(g.astype(np.float64), 1.0, pool)
+        with pytest.raises(TypeError, match="grad must be a float32 numpy array, got list"):
+            rlpar.global_norm([1.0, 2.0], pool)
+        with pytest.raises(ValueError, match=r"grad must be a flat .* got shape \(2, 200000\)"):
+            rlpar.clip_grad_norm(g.reshape(2, -1), 1.0, pool)
+        with pytest.raises(TypeError, match=r"pool must be an rlpar\.ShardPool or None, got str"):
+            rlpar.global_norm(g, "pool")
 
 
 def test_sharded_conv_step_matches_one_thread() -> None:

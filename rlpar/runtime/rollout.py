@@ -15,11 +15,12 @@ termination wins, there is no bootstrap.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 import numpy as np
+
+from rlpar.parallel import even_slices
 
 __all__ = ["Batch", "Rollout"]
 
@@ -125,16 +126,14 @@ class Batch:
         ``versions``, ``policy_lag`` and ``learner_version`` are the whole batch's in each."""
         if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
             raise ValueError(f"parts: expected an integer >= 1, got {parts!r}")
-        n = self.num_columns
-        bounds = np.linspace(0, n, min(parts, n) + 1).round().astype(int)
         return [
             Batch(
-                **{name: np.ascontiguousarray(getattr(self, name)[:, lo:hi]) for name in _ARRAYS},
+                **{name: np.ascontiguousarray(getattr(self, name)[:, cols]) for name in _ARRAYS},
                 versions=self.versions,
                 policy_lag=self.policy_lag,
                 learner_version=self.learner_version,
             )
-            for lo, hi in itertools.pairwise(bounds)
+            for cols in even_slices(self.num_columns, min(parts, self.num_columns))
         ]
 
     @property
