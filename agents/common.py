@@ -155,8 +155,9 @@ def actor_critic_step(
     """
     pool = state.pool
     if pool is None or pool.threads == 1 or batch.num_columns < 2:
-        fwd = _forward_loss(net, state.params, batch, layout, reward_scale, loss_args)
-        out, tape, dout, metrics = fwd
+        out, tape, dout, metrics = _forward_loss(
+            net, state.params, batch, layout, reward_scale, loss_args
+        )
         try:
             grad = net.backward(tape, dout.reshape(out.shape))
         finally:

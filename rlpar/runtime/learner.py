@@ -73,7 +73,7 @@ class Learner:
         deterministic: bool,
         clock: VersionClock,
         after_step: Callable[[], None] | None = None,
-        episodes: EpisodeLog | None = None,
+        episodes: EpisodeLog | None = None,  # log the episodes that ride with rollouts
     ) -> None:
         self.agent, self.net, self.state, self.store = agent, net, state, store
         self.actors = actors
@@ -105,7 +105,7 @@ class Learner:
         if self.deterministic:
             rollouts.sort(key=lambda r: (r.actor, r.seq))
         batch = Batch.stack(rollouts, self.version)
-        ended = [e for r in rollouts for e in r.ended] if self.deterministic else []
+        ended = [e for r in rollouts for e in r.ended]  # read before the actors reuse them
         for r in rollouts:
             self.actors[r.actor].free.put(r)
         if self.episodes is not None:
