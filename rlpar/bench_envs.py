@@ -220,9 +220,14 @@ def _actor_loop(budget: Budget) -> dict[str, dict[str, float]]:
     kinds = ("python_env", "native_env", "native_fused")
     workers = _actor_loop_workers(kinds, THREADS)
     rates: dict[tuple[str, int], list[float]] = {key: [] for key in workers}
-    for _ in range(budget.repeats):
-        for key, ws in workers.items():
-            rates[key].append(_loop_rate(ws, budget))
+    try:
+        for _ in range(budget.repeats):
+            for key, ws in workers.items():
+                rates[key].append(_loop_rate(ws, budget))
+    finally:
+        for ws in workers.values():
+            for w in ws:
+                w.envs.close()
     return {
         kind: {str(n): _sig(statistics.median(rates[(kind, n)])) for n in THREADS} for kind in kinds
     }

@@ -98,13 +98,20 @@ def _sig(x: float) -> float:
     return float(f"{x:.4g}")
 
 
-def _medians(configs: dict[Any, Callable[[], float]], repeats: int) -> dict[Any, float]:
-    """Each configuration once per round, ``repeats`` rounds, medians."""
-    runs: dict[Any, list[float]] = {key: [] for key in configs}
+def _medians(configs: dict[Any, Callable[[], Any]], repeats: int) -> dict[Any, Any]:
+    """Each configuration once per round, ``repeats`` rounds, medians (per key when a
+    measurement returns a dict of figures)."""
+    runs: dict[Any, list] = {key: [] for key in configs}
     for _ in range(repeats):
         for key, measure in configs.items():
             runs[key].append(measure())
-    return {key: statistics.median(v) for key, v in runs.items()}
+
+    def median(values: list) -> Any:
+        if isinstance(values[0], dict):
+            return {k: statistics.median(v[k] for v in values) for k in values[0]}
+        return statistics.median(values)
+
+    return {key: median(v) for key, v in runs.items()}
 
 
 def _net_forward(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, float]]:
@@ -135,17 +142,10 @@ def _snapshot_pins(threads: Sequence[int], budget: Budget) -> dict[str, dict[str
         n: (lambda n=n: _native.bench_snapshot_readers(SNAPSHOT_FLOATS, n, budget.seconds))
         for n in threads
     }
-    runs: dict[int, list[dict]] = {n: [] for n in threads}
-    for _ in range(budget.repeats):
-        for n, measure in configs.items():
-            runs[n].append(measure())
-
-    def med(n: int, key: str) -> float:
-        return _sig(statistics.median(r[key] for r in runs[n]))
-
+    med = _medians(configs, budget.repeats)
     return {
-        "pins_per_s": {str(n): med(n, "pins_per_s") for n in threads},
-        "publishes_per_s": {str(n): med(n, "publishes_per_s") for n in threads},
+        key: {str(n): _sig(med[n][key]) for n in threads}
+        for key in ("pins_per_s", "publishes_per_s")
     }
 
 
@@ -156,7 +156,12 @@ def _actor_loop(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, f
         env_s=budget.seconds, loop_s=budget.seconds, warmup_s=budget.seconds / 3, repeats=1
     )
     configs = {key: (lambda ws=ws: _loop_rate(ws, loop_budget)) for key, ws in workers.items()}
-    med = _medians(configs, budget.repeats)
+    try:
+        med = _medians(configs, budget.repeats)
+    finally:
+        for ws in workers.values():
+            for w in ws:
+                w.envs.close()
     return {kind: {str(n): _sig(med[kind, n]) for n in threads} for kind in kinds}
 
 

@@ -165,3 +165,11 @@ def test_bench_scaling_table_and_bad_thread_counts(tmp_path) -> None:
         assert proc.returncode == 2
         assert said in proc.stderr and repr(bad) in proc.stderr
         assert proc.stdout == ""
+
+
+def test_bench_scaling_rejects_bad_thread_counts_from_python() -> None:
+    from rlpar.bench_scaling import bench_scaling
+
+    for bad in ([], [0, 1], [257]):
+        with pytest.raises(ValueError, match="expected thread counts between 1 and 256"):
+            bench_scaling(bad, quick=True)
