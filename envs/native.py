@@ -159,7 +159,7 @@ class NativeVectorEnv(VectorEnv):
         ep_length: np.ndarray,
         release_gil: bool | None = None,
     ) -> tuple[int, list[tuple[float, int]]]:
-        """Fill ``rollout`` (an ``rlpar.runtime.Rollout`` of T steps over these K envs) with one
+        """Fill ``rollout`` (an ``rlpar.Rollout`` of T steps over these K envs) with one
         whole unroll in one native call: per step a batched ``net.forward`` with ``params``,
         actions drawn by ``sampler`` from the net's Categorical logits, and the env step.
 

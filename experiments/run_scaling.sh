@@ -44,6 +44,6 @@ cd "$work"  # import the installed package, not the source tree
 tail -n 1 "$out/scaling.log" > "$out/scaling.json"
 "$py" - "$out/scaling.json" <<'EOF'
 import json, sys
-from rlpar.bench_scaling import format_scaling
+from rlpar.bench.scaling import format_scaling
 print(format_scaling(json.load(open(sys.argv[1]))))
 EOF

@@ -15,6 +15,7 @@ Public API (everything a user or a plug-in agent needs is importable from here):
 
 from rlpar.agent import Agent, LearnerState
 from rlpar.config import ConfigError, EnvConfig, RuntimeConfig
+from rlpar.data import Batch, Rollout
 from rlpar.losses import actor_critic_loss
 from rlpar.nn import (
     Categorical,
@@ -37,7 +38,7 @@ from rlpar.nn import (
 from rlpar.optim import SGD, Adam, Optimizer, RMSProp, clip_grad_norm, global_norm
 from rlpar.parallel import ShardPool
 from rlpar.registry import make_agent, register_agent, register_env, registered_agents
-from rlpar.runtime import Batch, Progress, Rollout, Runner, RunResult
+from rlpar.runtime import Progress, Runner, RunResult
 from rlpar.snapshot import Snapshot, SnapshotStore
 
 __version__ = "0.1.0"

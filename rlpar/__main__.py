@@ -1,8 +1,8 @@
-"""``python -m rlpar``: the command line (see `rlpar.cli`)."""
+"""``python -m rlpar``: the command line (see `rlpar.app.cli`)."""
 
 import sys
 
-from rlpar.cli import main
+from rlpar.app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,7 @@
 """The agent seam: the few calls the runtime makes into an algorithm.
 
-The whole loop, as the runtime runs it (``rlpar/runtime/``)::
+The whole loop, as the runtime runs it (``rlpar/runtime/``; the data it hands over,
+`Rollout` and `Batch`, is in ``rlpar/data.py``)::
 
     net = Net(agent.net_spec(obs_space, action_space))      # once; shared by every thread
     state = agent.init_state(net, net.init_params(seed))      # params + optimizer (+ agent's own)
@@ -31,17 +32,15 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from rlpar.data import Batch
 from rlpar.nn import Net, NetSpec
 from rlpar.optim import Optimizer
 from rlpar.parallel import ShardPool
-
-if TYPE_CHECKING:
-    from rlpar.runtime.rollout import Batch
 
 __all__ = ["Agent", "LearnerState"]
 
@@ -66,9 +65,6 @@ class LearnerState:
 
 class Agent(abc.ABC):
     """Base class of every agent, built-in or the user's (see the module docstring)."""
-
-    #: discount factor, read by the runtime for nothing but logging; agents use it in `learn`.
-    gamma: float = 0.99
 
     #: True when `act` draws each action from the softmax of the net's Categorical logits.
     #: The runtime may then run a whole unroll natively on native envs (``rlpar/...`` ids):

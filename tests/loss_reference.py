@@ -12,7 +12,7 @@ twin that reaches the same numbers by a different road:
 - A3C n-step returns (Mnih et al. 2016) as a discounted sum of rewards to the episode's or the
   unroll's end, plus the discounted bootstrap value there.
 
-Episode boundaries follow ``rlpar/runtime/rollout.py`` (gymnasium's NEXT_STEP autoreset): step
+Episode boundaries follow ``rlpar/data.py`` (gymnasium's NEXT_STEP autoreset): step
 ``t`` ends an episode when ``terminated_t | truncated_t``; ``x_{t+1}`` is then the episode's final
 observation and step ``t + 1`` is the env's reset step, ``mask_{t+1} = 0``. So in the sum:
 

@@ -168,7 +168,7 @@ def test_bench_scaling_table_and_bad_thread_counts(tmp_path) -> None:
 
 
 def test_bench_scaling_rejects_bad_thread_counts_from_python() -> None:
-    from rlpar.bench_scaling import bench_scaling
+    from rlpar.bench.scaling import bench_scaling
 
     for bad in ([], [0, 1], [257]):
         with pytest.raises(ValueError, match="expected thread counts between 1 and 256"):

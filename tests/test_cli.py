@@ -22,7 +22,7 @@ import pytest
 
 import rlpar
 from rlpar import registry
-from rlpar.evaluate import evaluate
+from rlpar.app.evaluate import evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
 IMPALA = str(ROOT / "experiments" / "cartpole_impala.toml")

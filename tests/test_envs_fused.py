@@ -13,9 +13,10 @@ from tiny_agent import TinyAgent
 import rlpar
 from rlpar import _native
 from rlpar import envs as rlpar_envs
-from rlpar.runtime.actor import Actor, EpisodeLog
+from rlpar.data import Rollout
+from rlpar.runtime.actor import Actor
+from rlpar.runtime.common import EpisodeLog
 from rlpar.runtime.envs import env_seeds
-from rlpar.runtime.rollout import Rollout
 
 CategoricalSampler = _native.CategoricalSampler
 
@@ -68,7 +69,10 @@ def test_fused_unroll_equals_python_actor_loop(env_id, spec):
     params = net.init_params(seed=0)
     store = rlpar.SnapshotStore(net.num_params)
     store.publish(params, version=5)
-    actor = Actor(0, py_envs, agent, net, store, t_len, 1, seed)
+    actor = Actor(
+        0, envs=py_envs, agent=agent, net=net, store=store, unroll_length=t_len,
+        num_buffers=1, seed=seed,
+    )  # fmt: skip
     log = EpisodeLog()
 
     fused_envs = gym.make_vec(env_id, num_envs=k)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import rlpar
-from rlpar.experiment import (
+from rlpar.app.experiment import (
     LogConfig,
     apply_overrides,
     experiment_from_dict,
@@ -19,7 +19,7 @@ from rlpar.experiment import (
     to_toml,
     tomllib,  # the stdlib's, or tomli before Python 3.11
 )
-from rlpar.reference import (
+from rlpar.app.reference import (
     agent_reference,
     config_reference,
     describe,
@@ -216,7 +216,7 @@ def test_describe_reports_types_and_defaults() -> None:
 def test_the_readme_reference_sections_match_the_code() -> None:
     readme = (ROOT / "README.md").read_text()
     assert render_readme(readme) == readme, (
-        "README's generated sections are stale: run `python -P -m rlpar.reference README.md`"
+        "README's generated sections are stale: run `python -P -m rlpar.app.reference README.md`"
     )
     reference = config_reference()
     for cls in (rlpar.EnvConfig, rlpar.RuntimeConfig, LogConfig):

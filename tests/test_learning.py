@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import rlpar
-from rlpar.experiment import load_experiment
+from rlpar.app.experiment import load_experiment
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 BUDGET = 300_000

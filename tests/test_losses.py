@@ -3,7 +3,7 @@ in ``loss_reference.py``: metrics, every element of the gradient, properties tha
 (on-policy V-trace is A3C, clipping, masked rows, termination vs truncation) and bad inputs.
 
 Batches respect the runtime's invariant ``mask[t+1] = not (terminated[t] or truncated[t])``
-(gymnasium NEXT_STEP autoreset, see ``rlpar/runtime/rollout.py``); the rewards of masked steps
+(gymnasium NEXT_STEP autoreset, see ``rlpar/data.py``); the rewards of masked steps
 are noise rather than the runtime's 0, so that a loss reading them would show.
 """
 

@@ -21,11 +21,11 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util.tensor_util import make_ndarray
 
-from rlpar.experiment import load_experiment
-from rlpar.monitor import FINAL_RETURN, SCALAR_TAGS, flatten_hparams
-from rlpar.progress import BarDisplay, LogDisplay, NoDisplay, make_display, status_line
+from rlpar.app.experiment import load_experiment
+from rlpar.app.monitor import FINAL_RETURN, SCALAR_TAGS, flatten_hparams
+from rlpar.app.progress import BarDisplay, LogDisplay, NoDisplay, make_display, status_line
+from rlpar.app.train import Training
 from rlpar.runtime import Progress
-from rlpar.train import Training
 
 ROOT = Path(__file__).resolve().parent.parent
 IMPALA = ROOT / "experiments" / "cartpole_impala.toml"

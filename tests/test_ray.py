@@ -416,7 +416,7 @@ def test_more_actors_than_the_cluster_has_cpus_is_a_clear_error(cluster) -> None
 
 def test_bench_ray_prints_both_backends() -> None:
     pytest.importorskip("ray")
-    code = "import json; from rlpar.bench_ray import bench_ray; print(json.dumps(bench_ray(True)))"
+    code = "import json; from rlpar.bench.ray import bench_ray; print(json.dumps(bench_ray(True)))"
     out = subprocess.run(  # its own process: it starts (and stops) a local Ray instance
         [sys.executable, "-c", code],
         capture_output=True,

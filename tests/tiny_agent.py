@@ -6,8 +6,8 @@ import gymnasium as gym
 import numpy as np
 
 import rlpar
+from rlpar import Batch
 from rlpar.agent import Agent, LearnerState
-from rlpar.runtime import Batch
 
 
 class TinyAgent(Agent):

@@ -7,63 +7,28 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 from gymnasium.vector import VectorEnv
 
 from rlpar import _native
 from rlpar.agent import Agent
+from rlpar.data import Rollout
 from rlpar.nn import Net
+from rlpar.runtime.common import (
+    ActorStats,
+    EpisodeLog,
+    EpisodeSink,
+    FusedEnvs,
+    queue_get,
+    queue_put,
+)
 from rlpar.runtime.envs import ActionAdapter, env_seeds, storage_dtype
-from rlpar.runtime.rollout import Rollout
 from rlpar.snapshot import SnapshotStore
 
-__all__ = ["Actor", "ActorStats", "EpisodeLog"]
+__all__ = ["Actor"]
 
 log = logging.getLogger("rlpar")
-
-POLL_S = 0.05  # how often a blocked thread looks at the stop flag
-
-
-@dataclass
-class ActorStats:
-    """Written by the actor thread only; read by the main thread for monitoring."""
-
-    env_steps: int = 0
-    rollouts: int = 0
-    env_s: float = 0.0
-    inference_s: float = 0.0
-    queue_wait_s: float = 0.0
-
-
-@dataclass
-class EpisodeLog:
-    """Finished episodes from every actor: (return, length, run env steps at the end)."""
-
-    env_steps: Callable[[], int] = lambda: 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    episodes: list[tuple[float, int, int]] = field(default_factory=list)
-    count: int = 0
-
-    def add(self, ret: float, length: int) -> None:
-        self.add_many([(ret, length)])
-
-    def add_many(self, ended: list[tuple[float, int]]) -> None:
-        """Log (return, length) pairs: one lock and one env-step count for all of them (an
-        unroll over many short episodes ends dozens, all while holding the GIL)."""
-        if not ended:
-            return
-        steps = self.env_steps()
-        with self.lock:
-            self.episodes.extend([(ret, length, steps) for ret, length in ended])
-            self.count += len(ended)
-            if len(self.episodes) > 10_000:
-                del self.episodes[: len(self.episodes) - 5_000]
-
-    def recent(self, n: int) -> list[tuple[float, int, int]]:
-        with self.lock:
-            return self.episodes[-n:]
 
 
 class _RideAlong:
@@ -84,6 +49,7 @@ class Actor:
     def __init__(
         self,
         index: int,
+        *,
         envs: VectorEnv,
         agent: Agent,
         net: Net,
@@ -118,7 +84,7 @@ class Actor:
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, index, 1 << 20]))
         # The fused path: native envs and an agent that samples the categorical softmax.
         self.sampler = None
-        if agent.native_sampling and hasattr(envs, "fused_unroll"):
+        if agent.native_sampling and isinstance(envs, FusedEnvs):
             try:
                 envs.check_fused(net)
             except ValueError as e:
@@ -170,18 +136,18 @@ class Actor:
                 return
             for _ in range(rollouts_per_version):
                 t0 = time.perf_counter()
-                rollout = _get(self.free, stop)
+                rollout = queue_get(self.free, stop)
                 self.stats.queue_wait_s += time.perf_counter() - t0
                 if rollout is None:
                     return
                 self.unroll(rollout, episodes if wait_for_version is None else _RideAlong(rollout))
                 t0 = time.perf_counter()
-                if not _put(out_queue, rollout, stop):
+                if not queue_put(out_queue, rollout, stop):
                     return
                 self.stats.queue_wait_s += time.perf_counter() - t0
             version += 1
 
-    def unroll(self, r: Rollout, episodes: EpisodeLog | _RideAlong) -> None:
+    def unroll(self, r: Rollout, episodes: EpisodeSink) -> None:
         """Fill ``r`` with T steps, all acted with one pinned parameter version."""
         if self.sampler is not None:
             self._unroll_fused(r, episodes)
@@ -194,7 +160,7 @@ class Actor:
         self.stats.env_steps += r.env_steps
         self._rng_state = self._read_rng_state()
 
-    def _unroll_fused(self, r: Rollout, episodes: EpisodeLog | _RideAlong) -> None:
+    def _unroll_fused(self, r: Rollout, episodes: EpisodeSink) -> None:
         """The whole unroll in one native call (its time counts as env stepping)."""
         t0 = time.perf_counter()
         with self.store.pin() as snap:
@@ -206,7 +172,7 @@ class Actor:
         self.obs = r.obs[-1].copy()
         self.stats.env_s += time.perf_counter() - t0
 
-    def _unroll_python(self, r: Rollout, episodes: EpisodeLog | _RideAlong) -> None:
+    def _unroll_python(self, r: Rollout, episodes: EpisodeSink) -> None:
         net, agent, envs, rng, stats = self.net, self.agent, self.envs, self.rng, self.stats
         clock = time.perf_counter
         with self.store.pin() as snap:
@@ -236,7 +202,7 @@ class Actor:
         valid: np.ndarray,
         reward: np.ndarray,
         done: np.ndarray,
-        episodes: EpisodeLog | _RideAlong,
+        episodes: EpisodeSink,
     ) -> None:
         self.ep_return += np.where(valid, reward, 0.0)
         self.ep_length += valid
@@ -247,22 +213,3 @@ class Actor:
             episodes.add_many(list(zip(rets, lens, strict=True)))
             self.ep_return[done] = 0.0
             self.ep_length[done] = 0
-
-
-def _get(q: queue.Queue, stop: threading.Event):
-    while not stop.is_set():
-        try:
-            return q.get(timeout=POLL_S)
-        except queue.Empty:
-            continue
-    return None
-
-
-def _put(q: queue.Queue, item, stop: threading.Event) -> bool:
-    while not stop.is_set():
-        try:
-            q.put(item, timeout=POLL_S)
-            return True
-        except queue.Full:
-            continue
-    return False

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rlpar.agent import Agent, LearnerState
+from rlpar.data import Batch, Rollout
 from rlpar.nn import Net
-from rlpar.runtime.actor import POLL_S, Actor, EpisodeLog
-from rlpar.runtime.rollout import Batch, Rollout
+from rlpar.runtime.common import POLL_S, ActorHandle, EpisodeLog
 from rlpar.snapshot import SnapshotStore
 
 __all__ = ["Learner", "LearnerStats", "VersionClock"]
@@ -63,11 +63,12 @@ class Learner:
 
     def __init__(
         self,
+        *,
         agent: Agent,
         net: Net,
         state: LearnerState,
         store: SnapshotStore,
-        actors: Sequence[Actor],
+        actors: Sequence[ActorHandle],
         batch_rollouts: int,
         max_policy_lag: int | None,
         deterministic: bool,

@@ -55,10 +55,11 @@ import numpy as np
 
 from rlpar.agent import Agent
 from rlpar.config import EnvConfig, RuntimeConfig
+from rlpar.data import ARRAY_FIELDS, Rollout
 from rlpar.nn import Net
-from rlpar.runtime.actor import POLL_S, Actor, ActorStats, EpisodeLog, _get, _put
+from rlpar.runtime.actor import Actor
+from rlpar.runtime.common import POLL_S, ActorStats, EpisodeLog, queue_get, queue_put
 from rlpar.runtime.envs import make_actor_envs, run_setup, storage_dtype
-from rlpar.runtime.rollout import _ARRAYS, Rollout
 from rlpar.snapshot import SnapshotStore
 
 __all__ = ["RayActors", "RemoteActor", "init_local_ray"]
@@ -388,7 +389,7 @@ class RemoteActor:
         episodes.add_many(reply["episodes"])
         arrays = {name: _canonical(a) for name, a in reply["arrays"].items()}
         for i, (version, seq) in enumerate(zip(reply["versions"], reply["seqs"], strict=True)):
-            _get(self.free, stop)  # wait for a slot (the learner hands them back): back-pressure
+            queue_get(self.free, stop)  # a slot (the learner hands them back): back-pressure
             if stop.is_set():
                 return False
             rollout = Rollout(
@@ -399,7 +400,7 @@ class RemoteActor:
             )
             self.stats.env_steps += rollout.env_steps
             self.stats.rollouts += 1
-            if not _put(out_queue, rollout, stop):
+            if not queue_put(out_queue, rollout, stop):
                 return False
         return True
 
@@ -630,7 +631,7 @@ class ActorProcess:
             except queue.Empty:
                 break
         reply = {
-            "arrays": {n: np.stack([getattr(r, n) for r in rollouts]) for n in _ARRAYS},
+            "arrays": {n: np.stack([getattr(r, n) for r in rollouts]) for n in ARRAY_FIELDS},
             "versions": [r.version for r in rollouts],
             "seqs": [r.seq for r in rollouts],
         }
@@ -660,14 +661,14 @@ class ActorProcess:
         generation = self.generation + (restarts << 32)
         actor = Actor(
             index,
-            self.envs[thread],
-            self.agent,
-            self.net,
-            self.store,
-            cfg.unroll_length,
-            PROCESS_BUFFERS * cfg.buffers_per_actor,
-            cfg.seed,
-            generation,
+            envs=self.envs[thread],
+            agent=self.agent,
+            net=self.net,
+            store=self.store,
+            unroll_length=cfg.unroll_length,
+            num_buffers=PROCESS_BUFFERS * cfg.buffers_per_actor,
+            seed=cfg.seed,
+            generation=generation,
         )
         actor.rng.bit_generator.state = rng_state
         self.actors[thread] = actor

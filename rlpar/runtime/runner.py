@@ -33,7 +33,8 @@ from rlpar.checkpoint import (
 from rlpar.config import EnvConfig, RuntimeConfig, to_dict
 from rlpar.nn import Net
 from rlpar.parallel import ShardPool
-from rlpar.runtime.actor import Actor, EpisodeLog
+from rlpar.runtime.actor import Actor
+from rlpar.runtime.common import ActorHandle, EpisodeLog
 from rlpar.runtime.envs import make_actor_envs
 from rlpar.runtime.learner import Learner, VersionClock
 from rlpar.snapshot import SnapshotStore
@@ -87,10 +88,6 @@ class RunResult:
         return dataclasses.asdict(self)
 
 
-class _ThreadError(Exception):
-    pass
-
-
 class Runner:
     """One actor-learner run. Build it (errors in the config, env or agent surface here), then
     call `run` once. ``checkpoint_dir``: where checkpoints go (None: none are written);
@@ -106,96 +103,104 @@ class Runner:
         config: dict[str, Any] | None = None,
         keep_checkpoints: int = 3,
     ) -> None:
-        for value, cls, name in ((agent, Agent, "agent"), (env, EnvConfig, "env"),
-                                 (runtime, RuntimeConfig, "runtime")):  # fmt: skip
-            if not isinstance(value, cls):
-                raise TypeError(
-                    f"Runner {name} must be an rlpar.{cls.__name__}, got {type(value).__name__}"
-                    + (" (build one with rlpar.make_agent(name))" if cls is Agent else "")
-                )
+        _check_types(agent=agent, env=env, runtime=runtime)
         self.agent, self.env_cfg, self.cfg = agent, env, runtime
         self.config = (
             config if config is not None else {"env": to_dict(env), "runtime": to_dict(runtime)}
         )
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.keep_checkpoints = keep_checkpoints
-        cfg = runtime
         self._threads: list[threading.Thread] = []
+        self._envs: list[Any] = []
+        self.ray = None  # the Ray actor processes (backend "ray"), see rlpar/runtime/ray_backend.py
 
         resumed = load_checkpoint(resume) if resume is not None else None
-        generation = int(resumed.counters.get("generation", 0)) + 1 if resumed else 0
-        self._envs = []
-        self.ray = None  # the Ray actor processes (backend "ray"), see rlpar/runtime/ray_backend.py
+        self._generation = int(resumed.counters.get("generation", 0)) + 1 if resumed else 0
         try:
-            if cfg.backend == "ray":
-                from rlpar.runtime.ray_backend import RayActors  # Ray is an optional dependency
-
-                self.ray = RayActors(env, cfg)
-                spaces = self.ray.spaces
-            else:
-                for _ in range(cfg.num_actors):
-                    self._envs.append(make_actor_envs(env, cfg.envs_per_actor))
-                spaces = (self._envs[0].single_observation_space, self._envs[0].single_action_space)
-            self.net = Net(agent.net_spec(*spaces))
-            params = self.net.init_params(seed=cfg.seed)
-            self.state: LearnerState = agent.init_state(self.net, params)
-            if resumed is not None:
-                self._restore(resumed, resume)
-            # Each actor pins at most one snapshot at a time; +2 so no publish is ever skipped.
-            self.store = SnapshotStore(self.net.num_params, num_slots=min(255, cfg.num_actors + 3))
-            self.store.publish(self.state.params, version=self.state.steps + 1)
-            self.actors = [
-                Actor(
-                    i,
-                    envs,
-                    agent,
-                    self.net,
-                    self.store,
-                    cfg.unroll_length,
-                    cfg.buffers_per_actor,
-                    cfg.seed,
-                    generation,
-                )
-                for i, envs in enumerate(self._envs)
-            ]
-            if self.ray is not None:
-                self.actors = self.ray.start(agent, self.net, self.store, generation)
+            self._build_net_and_actors(resumed, resume)
         except BaseException:
             self.close()
             raise
         if resumed is not None:
-            states = resumed.rng_states
-            for i, actor in enumerate(self.actors):
-                numpy_states, samplers = states.get("actors", []), states.get("samplers", [])
-                actor.set_rng_state(
-                    numpy_states[i] if i < len(numpy_states) else None,
-                    samplers[i] if i < len(samplers) else None,
-                )
-        self._base_env_steps = int(resumed.counters.get("env_steps", 0)) if resumed else 0
-        self._base_episodes = int(resumed.counters.get("episodes", 0)) if resumed else 0
-        self._generation = generation
+            self._restore_rng_states(resumed)
+        counters = resumed.counters if resumed else {}
+        self._base_env_steps = int(counters.get("env_steps", 0))
+        self._base_episodes = int(counters.get("episodes", 0))
+        self._build_learner()
+        # Set once the target is met: (seconds since start, the window's mean return then).
+        self._target_hit: tuple[float, float] | None = None
+        self._errors: list[tuple[str, BaseException]] = []
+        self._ran = False
+
+    def _build_net_and_actors(self, resumed: Checkpoint | None, resume: Any) -> None:
+        """Envs (or Ray actor processes) -> spaces -> net -> learner state (restored on resume)
+        -> snapshot store with the first version -> actors."""
+        cfg, agent = self.cfg, self.agent
+        if cfg.backend == "ray":
+            from rlpar.runtime.ray_backend import RayActors  # Ray is an optional dependency
+
+            self.ray = RayActors(self.env_cfg, cfg)
+            spaces = self.ray.spaces
+        else:
+            for _ in range(cfg.num_actors):
+                self._envs.append(make_actor_envs(self.env_cfg, cfg.envs_per_actor))
+            spaces = (self._envs[0].single_observation_space, self._envs[0].single_action_space)
+        self.net = Net(agent.net_spec(*spaces))
+        self.state: LearnerState = agent.init_state(self.net, self.net.init_params(seed=cfg.seed))
+        if resumed is not None:
+            self._restore(resumed, resume)
+        # Each actor pins at most one snapshot at a time; +2 so no publish is ever skipped.
+        self.store = SnapshotStore(self.net.num_params, num_slots=min(255, cfg.num_actors + 3))
+        self.store.publish(self.state.params, version=self.state.steps + 1)
+        if self.ray is not None:
+            self.actors: list[ActorHandle] = self.ray.start(
+                agent, self.net, self.store, self._generation
+            )
+            return
+        self.actors = [
+            Actor(
+                i,
+                envs=envs,
+                agent=agent,
+                net=self.net,
+                store=self.store,
+                unroll_length=cfg.unroll_length,
+                num_buffers=cfg.buffers_per_actor,
+                seed=cfg.seed,
+                generation=self._generation,
+            )
+            for i, envs in enumerate(self._envs)
+        ]
+
+    def _restore_rng_states(self, resumed: Checkpoint) -> None:
+        numpy_states = resumed.rng_states.get("actors", [])
+        samplers = resumed.rng_states.get("samplers", [])
+        for i, actor in enumerate(self.actors):
+            actor.set_rng_state(
+                numpy_states[i] if i < len(numpy_states) else None,
+                samplers[i] if i < len(samplers) else None,
+            )
+
+    def _build_learner(self) -> None:
+        cfg = self.cfg
         self.episodes = EpisodeLog(env_steps=self.env_steps)
         self.queue: queue.Queue = queue.Queue(maxsize=cfg.num_actors * cfg.buffers_per_actor)
         self.stop = threading.Event()
         self.clock = VersionClock(self.state.steps + 1)
         self._budget_spent = threading.Event()
         self.learner = Learner(
-            agent,
-            self.net,
-            self.state,
-            self.store,
-            self.actors,
-            cfg.batch_rollouts,
-            0 if cfg.deterministic else cfg.max_policy_lag,
-            cfg.deterministic,
-            self.clock,
+            agent=self.agent,
+            net=self.net,
+            state=self.state,
+            store=self.store,
+            actors=self.actors,
+            batch_rollouts=cfg.batch_rollouts,
+            max_policy_lag=0 if cfg.deterministic else cfg.max_policy_lag,
+            deterministic=cfg.deterministic,
+            clock=self.clock,
             after_step=self._after_learner_step,
             episodes=self.episodes if cfg.deterministic else None,
         )
-        # Set once the target is met: (seconds since start, the window's mean return then).
-        self._target_hit: tuple[float, float] | None = None
-        self._errors: list[tuple[str, BaseException]] = []
-        self._ran = False
 
     # ------------------------------------------------------------------------------ counters
 
@@ -254,70 +259,86 @@ class Runner:
         on_progress: Callable[[Progress], None] | None = None,
         progress_interval_s: float = 2.0,
     ) -> RunResult:
-        """Run until a stop condition; re-raise a thread's exception in this thread."""
+        """Run until a stop condition; re-raise a thread's exception in this thread.
+
+        Works from any thread; only on the main thread does it handle SIGINT/SIGTERM (a final
+        checkpoint, then ``stopped_by`` names the signal). ``on_progress`` is called on the
+        calling thread every ``progress_interval_s`` seconds and once at the end.
+        """
         if self._ran:
             raise RuntimeError("a Runner runs once; build a new one (resume=checkpoint) to go on")
         self._ran = True
-        cfg = self.cfg
-        start = time.perf_counter()
-        self._start = start
-        self._last_checkpoint = start
-        stopped_by, time_to_target = "total_env_steps", None
+        self._start = self._last_checkpoint = time.perf_counter()
         restore_signals = self._install_signal_handlers()
         try:
             self._start_threads()
-            next_progress = start + progress_interval_s
-            while True:
-                self.stop.wait(0.02)
-                now = time.perf_counter()
-                if self._errors:
-                    stopped_by = "error"
-                    break
-                if self._signal is not None:
-                    stopped_by = self._signal
-                    break
-                if self._target_hit is not None:  # deterministic mode: found by the learner
-                    time_to_target, stopped_by = self._target_hit[0], "target_return"
-                    break
-                if self._budget_spent.is_set():
-                    break
-                if self.stop.is_set():
-                    stopped_by = "stop"
-                    break
-                if not cfg.deterministic and self.env_steps() >= cfg.total_env_steps:
-                    break
-                if not cfg.deterministic and self._check_target(now):
-                    time_to_target, stopped_by = now - start, "target_return"
-                    break
-                if cfg.max_wall_s is not None and now - start >= cfg.max_wall_s:
-                    stopped_by = "max_wall_s"
-                    break
-                if on_progress is not None and now >= next_progress:
-                    on_progress(self.progress(now - start))
-                    next_progress = now + progress_interval_s
+            stopped_by, time_to_target = self._supervise(on_progress, progress_interval_s)
         finally:
             self.stop.set()
             stuck = self._join_threads()
             if self.state.pool is not None:
-                stuck += self.state.pool.close(cfg.join_timeout_s)
+                stuck += self.state.pool.close(self.cfg.join_timeout_s)
                 self.state.pool = None
             restore_signals()
-        wall = time.perf_counter() - start
+        wall = time.perf_counter() - self._start
         learner_alive = any(t.name == "rlpar-learner" and t.is_alive() for t in self._threads)
         if self._errors:
-            name, exc = self._errors[0]
-            # The learner's state is whole unless the learner itself failed (or is stuck).
-            if name != "learner" and not learner_alive:
-                self._save_checkpoint()
-            self.close()
-            if hasattr(exc, "add_note"):
-                exc.add_note(f"(raised in rlpar thread {name!r}; the run was stopped)")
-            raise exc
+            self._raise_first_error(learner_alive)
         final = None if learner_alive else self._save_checkpoint()
         if on_progress is not None:
             on_progress(self.progress(wall))
         self.close()
-        recent = self.episodes.recent(cfg.return_window)
+        return self._result(wall, stopped_by, time_to_target, final, stuck)
+
+    def _supervise(
+        self, on_progress: Callable[[Progress], None] | None, interval_s: float
+    ) -> tuple[str, float | None]:
+        """The main thread's loop: wait, check every stop condition, report progress.
+        Returns (``stopped_by``, seconds to the target return or None)."""
+        cfg, start = self.cfg, self._start
+        next_progress = start + interval_s
+        while True:
+            self.stop.wait(0.02)
+            now = time.perf_counter()
+            if self._errors:
+                return "error", None
+            if self._signal is not None:
+                return self._signal, None
+            if self._target_hit is not None:  # deterministic mode: found by the learner
+                return "target_return", self._target_hit[0]
+            if self._budget_spent.is_set():
+                return "total_env_steps", None
+            if self.stop.is_set():
+                return "stop", None
+            if not cfg.deterministic and self.env_steps() >= cfg.total_env_steps:
+                return "total_env_steps", None
+            if not cfg.deterministic and self._check_target(now):
+                return "target_return", now - start
+            if cfg.max_wall_s is not None and now - start >= cfg.max_wall_s:
+                return "max_wall_s", None
+            if on_progress is not None and now >= next_progress:
+                on_progress(self.progress(now - start))
+                next_progress = now + interval_s
+
+    def _raise_first_error(self, learner_alive: bool) -> None:
+        name, exc = self._errors[0]
+        # The learner's state is whole unless the learner itself failed (or is stuck).
+        if name != "learner" and not learner_alive:
+            self._save_checkpoint()
+        self.close()
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"(raised in rlpar thread {name!r}; the run was stopped)")
+        raise exc
+
+    def _result(
+        self,
+        wall: float,
+        stopped_by: str,
+        time_to_target: float | None,
+        final: Path | None,
+        stuck: list[str],
+    ) -> RunResult:
+        recent = self.episodes.recent(self.cfg.return_window)
         mean_return = float(np.mean([e[0] for e in recent])) if recent else None
         if stopped_by == "target_return" and self._target_hit is not None:
             mean_return = self._target_hit[1]  # the window that met the target, not a later one
@@ -493,6 +514,18 @@ class Runner:
         self.state.optimizer.load_state_dict(ckpt.optimizer)
         self.state.steps = int(ckpt.counters["learner_steps"])
         self.state.extra = dict(ckpt.extra.get("agent", {}))
+
+
+def _check_types(**given: Any) -> None:
+    """Name an argument of the wrong type (the usual slip: a name where an object belongs)."""
+    expected = {"agent": Agent, "env": EnvConfig, "runtime": RuntimeConfig}
+    for name, value in given.items():
+        cls = expected[name]
+        if not isinstance(value, cls):
+            raise TypeError(
+                f"Runner {name} must be an rlpar.{cls.__name__}, got {type(value).__name__}"
+                + (" (build one with rlpar.make_agent(name))" if cls is Agent else "")
+            )
 
 
 def _bind(fn: Callable[..., None], *args: Any) -> Callable[[], None]:

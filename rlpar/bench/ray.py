@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from rlpar.bench.timing import medians
 from rlpar.config import EnvConfig, RuntimeConfig
 from rlpar.registry import make_agent
 from rlpar.runtime import Progress, Runner
@@ -23,7 +24,7 @@ __all__ = ["bench_ray"]
 SETTINGS = {"num_actors": 2, "envs_per_actor": 16, "unroll_length": 8, "batch_rollouts": 1}
 
 
-def _measure(backend: str, seconds: float) -> tuple[float, float]:
+def _measure(backend: str, seconds: float) -> dict[str, float]:
     agent = make_agent("impala", {"entropy_cost": 0.01, "optim": {"name": "adam", "lr": 0.003}})
     runtime = RuntimeConfig(
         **SETTINGS, total_env_steps=10**12, max_wall_s=seconds, checkpoint_interval_s=None,
@@ -36,7 +37,10 @@ def _measure(backend: str, seconds: float) -> tuple[float, float]:
     warm = [p for p in samples if p.wall_s >= seconds / 3]
     first, last = warm[0], warm[-1]
     rate = (last.env_steps - first.env_steps) / (last.wall_s - first.wall_s)
-    return rate, statistics.fmean(p.policy_lag_mean for p in warm)
+    return {
+        "env_steps_per_s": rate,
+        "policy_lag_mean": statistics.fmean(p.policy_lag_mean for p in warm),
+    }
 
 
 def bench_ray(quick: bool = False) -> dict[str, Any]:
@@ -45,14 +49,14 @@ def bench_ray(quick: bool = False) -> dict[str, Any]:
 
     seconds, repeats = (2.0, 1) if quick else (5.0, 3)
     # Threads first, before Ray starts: an idle Ray instance takes a few % of this machine.
-    results = {"threads": [_measure("threads", seconds) for _ in range(repeats)]}
+    results = medians({"threads": lambda: _measure("threads", seconds)}, repeats)
     ray = init_local_ray(num_cpus=SETTINGS["num_actors"])
     try:
-        results["ray"] = [_measure("ray", seconds) for _ in range(repeats)]
+        results |= medians({"ray": lambda: _measure("ray", seconds)}, repeats)
     finally:
         ray.shutdown()
-    rate = {b: statistics.median(r for r, _ in v) for b, v in results.items()}
-    lag = {b: statistics.median(lag for _, lag in v) for b, v in results.items()}
+    rate = {b: v["env_steps_per_s"] for b, v in results.items()}
+    lag = {b: v["policy_lag_mean"] for b, v in results.items()}
     return {
         "env_steps_per_s": {b: round(v) for b, v in rate.items()},
         "policy_lag_mean": {b: round(v, 2) for b, v in lag.items()},

@@ -1,10 +1,10 @@
 """Reference documentation generated from the code: config keys (from the dataclasses' field
-docstrings) and TensorBoard tags (from `rlpar.monitor`).
+docstrings) and TensorBoard tags (from `rlpar.app.monitor`).
 
 The README's config reference and tag list are this module's output between marker comments;
 a test keeps them in sync. After changing a config field or a tag, regenerate them with::
 
-    python -P -m rlpar.reference README.md     (-P: the installed rlpar, not the source tree)
+    python -P -m rlpar.app.reference README.md     (-P: the installed rlpar, not the source tree)
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlpar.app.experiment import LogConfig, toml_value
 from rlpar.config import EnvConfig, RuntimeConfig
-from rlpar.experiment import LogConfig, toml_value
 from rlpar.registry import registered_agents
 
 __all__ = [
@@ -220,7 +220,7 @@ def format_agents(agents: dict[str, dict[str, Any]]) -> str:
 
 def tag_reference() -> str:
     """Markdown: every TensorBoard tag rlpar writes and what it tells."""
-    from rlpar.monitor import OTHER_TAGS, SCALAR_TAGS
+    from rlpar.app.monitor import OTHER_TAGS, SCALAR_TAGS
 
     lines = ["| tag | what it tells |", "|---|---|"]
     for tag, meaning in {**SCALAR_TAGS, **OTHER_TAGS}.items():
@@ -246,7 +246,7 @@ def render_readme(text: str) -> str:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m rlpar.reference README.md", file=sys.stderr)
+        print("usage: python -m rlpar.app.reference README.md", file=sys.stderr)
         return 2
     path = Path(argv[0])
     path.write_text(render_readme(path.read_text(encoding="utf-8")), encoding="utf-8")

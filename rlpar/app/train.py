@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from rlpar.experiment import Experiment, to_toml
-from rlpar.monitor import TensorBoardMonitor
-from rlpar.progress import make_display
+from rlpar.app.experiment import Experiment, to_toml
+from rlpar.app.monitor import TensorBoardMonitor
+from rlpar.app.progress import make_display
 from rlpar.runtime import Progress, Runner
 
 __all__ = ["Training", "load_env_plugins", "make_run_dir"]

@@ -22,7 +22,7 @@ import numpy as np
 
 from rlpar.parallel import even_slices
 
-__all__ = ["Batch", "Rollout"]
+__all__ = ["ARRAY_FIELDS", "Batch", "Rollout"]
 
 
 @dataclass
@@ -84,7 +84,7 @@ class Rollout:
 
 
 _SCALARS = ("version", "actor", "seq", "ended")
-_ARRAYS = tuple(f.name for f in fields(Rollout) if f.name not in _SCALARS)
+ARRAY_FIELDS = tuple(f.name for f in fields(Rollout) if f.name not in _SCALARS)
 
 
 @dataclass
@@ -110,7 +110,8 @@ class Batch:
     def stack(cls, rollouts: Sequence[Rollout], learner_version: int) -> Batch:
         """Concatenate rollouts along the env axis (copies: the rollouts go back to the actors)."""
         arrays = {
-            name: np.concatenate([getattr(r, name) for r in rollouts], axis=1) for name in _ARRAYS
+            name: np.concatenate([getattr(r, name) for r in rollouts], axis=1)
+            for name in ARRAY_FIELDS
         }
         versions = np.array([r.version for r in rollouts], np.int64)
         return cls(
@@ -128,7 +129,10 @@ class Batch:
             raise ValueError(f"parts: expected an integer >= 1, got {parts!r}")
         return [
             Batch(
-                **{name: np.ascontiguousarray(getattr(self, name)[:, cols]) for name in _ARRAYS},
+                **{
+                    name: np.ascontiguousarray(getattr(self, name)[:, cols])
+                    for name in ARRAY_FIELDS
+                },
                 versions=self.versions,
                 policy_lag=self.policy_lag,
                 learner_version=self.learner_version,

@@ -25,7 +25,7 @@ import logging
 import sys
 from collections.abc import Callable
 
-from rlpar import bench
+from rlpar.bench import net as bench
 
 __all__ = ["build_parser", "main"]
 
@@ -148,7 +148,7 @@ def _add_bench_runtime(benches: argparse._SubParsersAction) -> None:
 
 
 def _run_bench_runtime(args: argparse.Namespace) -> int:
-    from rlpar.bench_runtime import bench_runtime
+    from rlpar.bench.runtime import bench_runtime
 
     return _report(bench_runtime(quick=args.quick), _json_table, args.json)
 
@@ -166,7 +166,7 @@ def _add_bench_envs(benches: argparse._SubParsersAction) -> None:
 
 
 def _run_bench_envs(args: argparse.Namespace) -> int:
-    from rlpar.bench_envs import bench_envs
+    from rlpar.bench.envs import bench_envs
 
     return _report(bench_envs(quick=args.quick), _json_table, args.json)
 
@@ -183,7 +183,7 @@ def _add_bench_ray(benches: argparse._SubParsersAction) -> None:
 
 
 def _run_bench_ray(args: argparse.Namespace) -> int:
-    from rlpar.bench_ray import bench_ray
+    from rlpar.bench.ray import bench_ray
 
     return _report(bench_ray(quick=args.quick), _json_table, args.json)
 
@@ -208,7 +208,7 @@ def _add_bench_scaling(benches: argparse._SubParsersAction) -> None:
 
 
 def _run_bench_scaling(args: argparse.Namespace) -> int:
-    from rlpar.bench_scaling import bench_scaling, format_scaling, parse_threads
+    from rlpar.bench.scaling import bench_scaling, format_scaling, parse_threads
 
     try:
         threads = parse_threads(args.threads)
@@ -284,10 +284,10 @@ def _set_option(p: argparse.ArgumentParser) -> None:
 def _run_train(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from rlpar.app.experiment import load_experiment
+    from rlpar.app.train import Training
     from rlpar.checkpoint import CheckpointError
     from rlpar.config import ConfigError
-    from rlpar.experiment import load_experiment
-    from rlpar.train import Training
 
     _setup_logging(args.quiet)
     try:
@@ -367,7 +367,7 @@ def _add_eval(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    from rlpar.evaluate import evaluate
+    from rlpar.app.evaluate import evaluate
 
     _setup_logging(quiet=False)
     if args.episodes < 1:
@@ -404,7 +404,7 @@ def _add_agents(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_agents(args: argparse.Namespace) -> int:
-    from rlpar.reference import agent_reference, format_agents
+    from rlpar.app.reference import agent_reference, format_agents
 
     agents = agent_reference()
     print(json.dumps(agents) if args.json else format_agents(agents))

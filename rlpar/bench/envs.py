@@ -17,7 +17,6 @@ Configurations take turns, repeat after repeat, and every value is the median of
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,8 +29,10 @@ import numpy as np
 import rlpar
 from rlpar import _native
 from rlpar.agent import Agent, LearnerState
-from rlpar.runtime.actor import Actor, EpisodeLog
-from rlpar.runtime.rollout import Batch, Rollout
+from rlpar.bench.timing import import_optional, medians, sig
+from rlpar.data import Batch, Rollout
+from rlpar.runtime.actor import Actor
+from rlpar.runtime.common import EpisodeLog
 
 __all__ = ["bench_envs"]
 
@@ -51,18 +52,6 @@ class Budget:
 
 FULL = Budget(env_s=0.3, loop_s=0.6, warmup_s=0.15, repeats=5)
 QUICK = Budget(env_s=0.02, loop_s=0.05, warmup_s=0.02, repeats=1)
-
-
-def _sig(x: float) -> float:
-    return float(f"{x:.4g}")
-
-
-def _import_envpool() -> Any:
-    try:
-        import envpool
-    except ImportError:
-        return None
-    return envpool
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,18 +97,15 @@ def _env_only(budget: Budget) -> dict[str, float]:
             seed=0,
         ),
     }
-    envpool = _import_envpool()
+    envpool = import_optional("envpool")
     if envpool is not None:
         # EnvPool takes its seed at creation (reset(seed=...) is ignored with a warning).
         makers["envpool"] = lambda: made(
             envpool.make("CartPole-v1", env_type="gymnasium", num_envs=NUM_ENVS, seed=0)
         )
     steppers = {name: _Stepper(make) for name, make in makers.items()}
-    rates: dict[str, list[float]] = {name: [] for name in steppers}
-    for _ in range(budget.repeats):
-        for name, s in steppers.items():
-            rates[name].append(s.run(budget.env_s))
-    return {name: _sig(statistics.median(r)) for name, r in rates.items()}
+    configs = {name: (lambda s=s: s.run(budget.env_s)) for name, s in steppers.items()}
+    return {name: sig(rate) for name, rate in medians(configs, budget.repeats).items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,7 +148,10 @@ class _Worker:
             self.ep_return = np.zeros(NUM_ENVS)
             self.ep_length = np.zeros(NUM_ENVS, np.int64)
         else:
-            self.actor = Actor(index, self.envs, _PolicyAgent(), net, store, UNROLL, 1, seed=0)
+            self.actor = Actor(
+                index, envs=self.envs, agent=_PolicyAgent(), net=net, store=store,
+                unroll_length=UNROLL, num_buffers=1, seed=0,
+            )  # fmt: skip
             self.log = EpisodeLog()
 
     def loop(self, stop: threading.Event) -> None:
@@ -179,7 +168,7 @@ class _Worker:
             self.steps += UNROLL * NUM_ENVS
 
 
-def _loop_rate(workers: list[_Worker], budget: Budget) -> float:
+def loop_rate(workers: list[_Worker], budget: Budget) -> float:
     stop = threading.Event()
     threads = [threading.Thread(target=w.loop, args=(stop,)) for w in workers]
     for t in threads:
@@ -196,7 +185,7 @@ def _loop_rate(workers: list[_Worker], budget: Budget) -> float:
     return (n1 - n0) / (t1 - t0)
 
 
-def _actor_loop_workers(
+def actor_loop_workers(
     kinds: Sequence[str], threads: Sequence[int]
 ) -> dict[tuple[str, int], list[_Worker]]:
     """For each kind and thread count N, N workers sharing one net and one snapshot store."""
@@ -218,19 +207,15 @@ def _actor_loop_workers(
 
 def _actor_loop(budget: Budget) -> dict[str, dict[str, float]]:
     kinds = ("python_env", "native_env", "native_fused")
-    workers = _actor_loop_workers(kinds, THREADS)
-    rates: dict[tuple[str, int], list[float]] = {key: [] for key in workers}
+    workers = actor_loop_workers(kinds, THREADS)
+    configs = {key: (lambda ws=ws: loop_rate(ws, budget)) for key, ws in workers.items()}
     try:
-        for _ in range(budget.repeats):
-            for key, ws in workers.items():
-                rates[key].append(_loop_rate(ws, budget))
+        med = medians(configs, budget.repeats)
     finally:
         for ws in workers.values():
             for w in ws:
                 w.envs.close()
-    return {
-        kind: {str(n): _sig(statistics.median(rates[(kind, n)])) for n in THREADS} for kind in kinds
-    }
+    return {kind: {str(n): sig(med[kind, n]) for n in THREADS} for kind in kinds}
 
 
 def bench_envs(quick: bool = False) -> dict[str, Any]:

@@ -8,17 +8,18 @@ alternate, and each value is the median of the repeats.
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from rlpar.agent import Agent, LearnerState
+from rlpar.bench.timing import medians
 from rlpar.config import EnvConfig, RuntimeConfig
+from rlpar.data import Batch
 from rlpar.nn import Net, NetSpec
 from rlpar.registry import make_agent
-from rlpar.runtime import Batch, Runner
+from rlpar.runtime import Runner
 
 __all__ = ["bench_runtime"]
 
@@ -47,7 +48,7 @@ class _IdleLearner(Agent):
         return {}
 
 
-def _rate(
+def runtime_rate(
     num_actors: int,
     busy: bool,
     seconds: float,
@@ -79,14 +80,12 @@ def bench_runtime(quick: bool = False) -> dict[str, Any]:
     """``{"env_steps_per_s": {"1": .., "2": ..}, "with_learner": {"1": .., "2": ..}}``."""
     seconds, repeats = (0.6, 1) if quick else (3.0, 3)
     envs_per_actor = 16
-    results: dict[tuple[int, bool], list[float]] = {}
-    for _ in range(repeats):
-        for actors in (1, 2):
-            for busy in (False, True):
-                results.setdefault((actors, busy), []).append(
-                    _rate(actors, busy, seconds, envs_per_actor)
-                )
-    med = {k: statistics.median(v) for k, v in results.items()}
+    configs = {
+        (actors, busy): (lambda a=actors, b=busy: runtime_rate(a, b, seconds, envs_per_actor))
+        for actors in (1, 2)
+        for busy in (False, True)
+    }
+    med = medians(configs, repeats)
     out = {
         "env_steps_per_s": {str(a): round(med[(a, False)]) for a in (1, 2)},
         "with_learner": {str(a): round(med[(a, True)]) for a in (1, 2)},

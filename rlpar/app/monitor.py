@@ -30,7 +30,7 @@ from tensorboard.plugins.scalar import summary_v2 as scalar_summary
 from tensorboard.plugins.text import summary_v2 as text_summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from rlpar.experiment import to_toml
+from rlpar.app.experiment import to_toml
 
 if TYPE_CHECKING:
     from rlpar.runtime import Progress, Runner, RunResult

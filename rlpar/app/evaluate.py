@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from rlpar.app.experiment import apply_overrides, experiment_from_dict
+from rlpar.app.train import load_env_plugins
 from rlpar.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, net_signature
 from rlpar.config import ConfigError
-from rlpar.experiment import apply_overrides, experiment_from_dict
 from rlpar.nn import Net
 from rlpar.runtime.envs import ActionAdapter, make_actor_envs
-from rlpar.train import load_env_plugins
 
 __all__ = ["EvalResult", "evaluate", "find_checkpoint"]
 

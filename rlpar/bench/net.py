@@ -15,12 +15,9 @@ torch is optional: its entries appear only when ``import torch`` works. It runs 
 
 from __future__ import annotations
 
-import contextlib
-import os
-import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +25,14 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 import rlpar
 from rlpar import _native
+from rlpar.bench.timing import (
+    BackgroundLoad,
+    import_optional,
+    medians,
+    sig,
+    single_threaded,
+    time_interleaved,
+)
 
 __all__ = [
     "bench_gil_threshold",
@@ -65,104 +70,6 @@ QUICK = Budget(chunk_s=0.001, repeats=2, thread_s=0.01, thread_repeats=1)
 
 def _budget(quick: bool) -> Budget:
     return QUICK if quick else FULL
-
-
-def _sig(x: float, digits: int = 4) -> float:
-    """``x`` rounded to ``digits`` significant digits (the noise is larger than that)."""
-    return float(f"{x:.{digits}g}")
-
-
-def _import_torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
-
-
-@contextlib.contextmanager
-def _single_threaded(torch) -> Iterator[dict[str, int]]:
-    """Run torch and numpy's BLAS on one thread, like a native call, for a fair comparison.
-
-    Yields what was limited (``torch_threads``, ``numpy_blas_threads``). numpy's BLAS can only be
-    limited when threadpoolctl is importable; otherwise OpenBLAS keeps one thread per core, whose
-    wake-ups made numpy's batch-256 forward 3x slower and erratic here.
-    """
-    limited: dict[str, int] = {}
-    with contextlib.ExitStack() as stack:
-        if torch:
-            before = torch.get_num_threads()
-            torch.set_num_threads(1)
-            stack.callback(torch.set_num_threads, before)
-            limited["torch_threads"] = 1
-        try:
-            from threadpoolctl import threadpool_limits
-        except ImportError:
-            pass
-        else:
-            stack.enter_context(threadpool_limits(limits=1, user_api="blas"))
-            limited["numpy_blas_threads"] = 1
-        yield limited
-
-
-# ------------------------------------------------------------------------------------ timing
-
-
-class BackgroundLoad:
-    """CPU cores that *other* processes kept busy while a benchmark ran (Linux; else None).
-
-    On a small shared machine a burst of someone else's work takes a core from 2-thread runs and
-    spoils their ratios; this says whether a result can be trusted (~0 is a clean run).
-    """
-
-    def __enter__(self) -> BackgroundLoad:
-        self.cores: float | None = None
-        self._start = self._sample()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        end = self._sample()
-        if self._start and end:
-            (busy0, own0, t0), (busy1, own1, t1) = self._start, end
-            self.cores = _sig(max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0), 2)
-
-    @staticmethod
-    def _sample() -> tuple[float, float, float] | None:
-        try:
-            with open("/proc/stat") as f:
-                ticks = [int(v) for v in f.readline().split()[1:9]]
-            hz = os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, AttributeError):
-            return None
-        busy = sum(ticks) - ticks[3] - ticks[4]  # all but idle and iowait
-        return busy / hz, time.process_time(), time.perf_counter()
-
-
-def _calls_per_chunk(fn: Callable[[], object], chunk_s: float) -> int:
-    fn()  # warm-up: workspaces, caches, lazy initialisation
-    n = 1
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        dt = time.perf_counter() - t0
-        if dt >= chunk_s / 4:
-            return max(1, round(n * chunk_s / dt))
-        n *= 2
-
-
-def time_interleaved(fns: dict[str, Callable[[], object]], budget: Budget) -> dict[str, float]:
-    """Median seconds per call of each function; the functions take turns, chunk by chunk."""
-    numbers = {name: _calls_per_chunk(fn, budget.chunk_s) for name, fn in fns.items()}
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(budget.repeats):
-        for name, fn in fns.items():
-            n = numbers[name]
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            samples[name].append((time.perf_counter() - t0) / n)
-    return {name: statistics.median(s) for name, s in samples.items()}
 
 
 def forwards_per_second(
@@ -212,20 +119,19 @@ def _thread_scaling(
     rng = np.random.default_rng(0)
     obs = {b: rng.standard_normal((b, *net.input_shape)).astype(np.float32) for b in batches}
     modes = {"released": True, "held": False}
-    runs: dict[tuple[str, int, int], list[float]] = {}
-    for _ in range(budget.thread_repeats):
-        for b in batches:
-            for mode, release in modes.items():
-                for threads in (1, 2):
-                    fps = forwards_per_second(
-                        net, params, obs[b], threads, release, budget.thread_s
-                    )
-                    runs.setdefault((mode, b, threads), []).append(fps)
+    configs = {
+        (mode, b, threads): (
+            lambda b=b, r=release, t=threads: forwards_per_second(
+                net, params, obs[b], t, r, budget.thread_s
+            )
+        )
+        for b in batches
+        for mode, release in modes.items()
+        for threads in (1, 2)
+    }
+    med = medians(configs, budget.thread_repeats)
     return {
-        mode: {
-            str(b): {str(t): _sig(statistics.median(runs[mode, b, t])) for t in (1, 2)}
-            for b in batches
-        }
+        mode: {str(b): {str(t): sig(med[mode, b, t]) for t in (1, 2)} for b in batches}
         for mode in modes
     }
 
@@ -392,8 +298,8 @@ def _forward_us(net: rlpar.Net, batches: tuple[int, ...], budget: Budget, torch)
         if torch:
             fns["torch"] = lambda obs=obs: _torch_forward(net, model, obs, torch)
             _check_twin("torch", fns["torch"](), want)
-        for name, seconds in time_interleaved(fns, budget).items():
-            result[name][str(batch)] = _sig(seconds * 1e6)
+        for name, seconds in time_interleaved(fns, budget.chunk_s, budget.repeats).items():
+            result[name][str(batch)] = sig(seconds * 1e6)
     return result
 
 
@@ -434,7 +340,10 @@ def _train_step_ms(net: rlpar.Net, budget: Budget, torch) -> dict[str, float]:
             torch_opt.zero_grad()
 
         fns["torch"] = torch_step
-    return {name: _sig(s * 1e3) for name, s in time_interleaved(fns, budget).items()}
+    return {
+        name: sig(s * 1e3)
+        for name, s in time_interleaved(fns, budget.chunk_s, budget.repeats).items()
+    }
 
 
 def bench_net(quick: bool = False) -> dict:
@@ -455,8 +364,8 @@ def bench_net(quick: bool = False) -> dict:
     `BackgroundLoad`.
     """
     budget = _budget(quick)
-    torch = _import_torch()
-    with BackgroundLoad() as load, _single_threaded(torch) as limited:
+    torch = import_optional("torch")
+    with BackgroundLoad() as load, single_threaded(torch) as limited:
         mlp = rlpar.Net(rlpar.mlp_spec(4, [rlpar.Categorical(2), rlpar.Value()]))
         conv = rlpar.Net(rlpar.conv_spec((84, 84, 4), [rlpar.Categorical(6), rlpar.Value()]))
         result: dict = {
@@ -479,20 +388,20 @@ def _net_ratios(r: dict) -> dict:
     fwd = r["forward_us"]
     ratios: dict = {
         "native_vs_numpy_b1": {
-            net: _sig(f["numpy"]["1"] / f["native"]["1"], 3) for net, f in fwd.items()
+            net: sig(f["numpy"]["1"] / f["native"]["1"], 3) for net, f in fwd.items()
         },
     }
     if "torch" in fwd["mlp"]:
         ratios["native_vs_torch_b1"] = {
-            net: _sig(f["torch"]["1"] / f["native"]["1"], 3) for net, f in fwd.items()
+            net: sig(f["torch"]["1"] / f["native"]["1"], 3) for net, f in fwd.items()
         }
     for mode in ("released", "held"):
         ratios[f"threads_2v1_{mode}"] = {
-            b: _sig(fps["2"] / fps["1"], 3) for b, fps in r["threads_fps"][mode].items()
+            b: sig(fps["2"] / fps["1"], 3) for b, fps in r["threads_fps"][mode].items()
         }
     step = r["train_step_ms"]
     if "torch" in step:
-        ratios["train_step_native_vs_torch"] = _sig(step["torch"] / step["native"], 3)
+        ratios["train_step_native_vs_torch"] = sig(step["torch"] / step["native"], 3)
     return ratios
 
 
@@ -554,7 +463,7 @@ def bench_snapshot(quick: bool = False) -> dict:
     r["n_floats"] = n_floats
     r["mbytes"] = n_floats * 4 / 1e6
     r["python_pin_release_ns"] = _python_pin_release_s(n_floats, _budget(quick)) * 1e9
-    r = {k: _sig(v) if isinstance(v, float) else v for k, v in r.items()}
+    r = {k: sig(v) if isinstance(v, float) else v for k, v in r.items()}
     r["background_load_cores"] = load.cores
     return r
 
@@ -566,7 +475,7 @@ def _python_pin_release_s(n_floats: int, budget: Budget) -> float:
     def pin_release() -> None:
         store.pin().release()
 
-    return time_interleaved({"pin": pin_release}, budget)["pin"]
+    return time_interleaved({"pin": pin_release}, budget.chunk_s, budget.repeats)["pin"]
 
 
 def format_snapshot(r: dict) -> str:
@@ -606,8 +515,8 @@ def bench_gil_threshold(quick: bool = False) -> dict:
             "flops": net.flops_per_sample * b,
             "fps": {"released": rel, "held": held},
             "ratio_2v1": {
-                "released": _sig(rel["2"] / rel["1"], 3),
-                "held": _sig(held["2"] / held["1"], 3),
+                "released": sig(rel["2"] / rel["1"], 3),
+                "held": sig(held["2"] / held["1"], 3),
             },
         }
         if crossover is None and rel["2"] > held["2"]:

@@ -29,9 +29,8 @@ this process may run on: thread counts above it only oversubscribe them.
 from __future__ import annotations
 
 import os
-import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,13 +39,14 @@ import numpy as np
 
 import rlpar
 from rlpar import _native
-from rlpar.bench import forwards_per_second
-from rlpar.bench_envs import NUM_ENVS, UNROLL, _actor_loop_workers, _loop_rate
-from rlpar.bench_envs import Budget as LoopBudget
-from rlpar.bench_runtime import _rate as runtime_rate
+from rlpar.bench.envs import NUM_ENVS, UNROLL, actor_loop_workers, loop_rate
+from rlpar.bench.envs import Budget as LoopBudget
+from rlpar.bench.net import forwards_per_second
+from rlpar.bench.runtime import runtime_rate
+from rlpar.bench.timing import medians, sig
+from rlpar.data import Batch
 from rlpar.parallel import ShardPool
 from rlpar.registry import make_agent
-from rlpar.runtime.rollout import Batch
 
 __all__ = ["DEFAULT_THREADS", "bench_scaling", "format_scaling", "parse_threads"]
 
@@ -87,33 +87,6 @@ def parse_threads(text: str) -> tuple[int, ...]:
     return tuple(counts)
 
 
-def _cpus() -> int:
-    """Cores this process may run on (its affinity mask where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def _sig(x: float) -> float:
-    return float(f"{x:.4g}")
-
-
-def _medians(configs: dict[Any, Callable[[], Any]], repeats: int) -> dict[Any, Any]:
-    """Each configuration once per round, ``repeats`` rounds, medians (per key when a
-    measurement returns a dict of figures)."""
-    runs: dict[Any, list] = {key: [] for key in configs}
-    for _ in range(repeats):
-        for key, measure in configs.items():
-            runs[key].append(measure())
-
-    def median(values: list) -> Any:
-        if isinstance(values[0], dict):
-            return {k: statistics.median(v[k] for v in values) for k in values[0]}
-        return statistics.median(values)
-
-    return {key: median(v) for key, v in runs.items()}
-
-
 def _net_forward(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, float]]:
     rng = np.random.default_rng(0)
     mlp = rlpar.Net(rlpar.mlp_spec(4, [rlpar.Categorical(2), rlpar.Value()]))
@@ -133,8 +106,8 @@ def _net_forward(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, 
         for name, (net, obs) in cases.items()
         for n in threads
     }
-    med = _medians(configs, budget.repeats)
-    return {name: {str(n): _sig(med[name, n]) for n in threads} for name in cases}
+    med = medians(configs, budget.repeats)
+    return {name: {str(n): sig(med[name, n]) for n in threads} for name in cases}
 
 
 def _snapshot_pins(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, float]]:
@@ -142,27 +115,27 @@ def _snapshot_pins(threads: Sequence[int], budget: Budget) -> dict[str, dict[str
         n: (lambda n=n: _native.bench_snapshot_readers(SNAPSHOT_FLOATS, n, budget.seconds))
         for n in threads
     }
-    med = _medians(configs, budget.repeats)
+    med = medians(configs, budget.repeats)
     return {
-        key: {str(n): _sig(med[n][key]) for n in threads}
+        key: {str(n): sig(med[n][key]) for n in threads}
         for key in ("pins_per_s", "publishes_per_s")
     }
 
 
 def _actor_loop(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, float]]:
     kinds = ("python_env", "native_fused")
-    workers = _actor_loop_workers(kinds, threads)
+    workers = actor_loop_workers(kinds, threads)
     loop_budget = LoopBudget(
         env_s=budget.seconds, loop_s=budget.seconds, warmup_s=budget.seconds / 3, repeats=1
     )
-    configs = {key: (lambda ws=ws: _loop_rate(ws, loop_budget)) for key, ws in workers.items()}
+    configs = {key: (lambda ws=ws: loop_rate(ws, loop_budget)) for key, ws in workers.items()}
     try:
-        med = _medians(configs, budget.repeats)
+        med = medians(configs, budget.repeats)
     finally:
         for ws in workers.values():
             for w in ws:
                 w.envs.close()
-    return {kind: {str(n): _sig(med[kind, n]) for n in threads} for kind in kinds}
+    return {kind: {str(n): sig(med[kind, n]) for n in threads} for kind in kinds}
 
 
 def _synthetic_batch(
@@ -219,11 +192,11 @@ def _learner_step(threads: Sequence[int], budget: Budget) -> dict[str, dict[str,
         }
         for measure in configs.values():  # an untimed round: every thread's workspace grows
             measure()  # to its shard size once (hundreds of MB for the conv net)
-        med = _medians(configs, budget.repeats)
+        med = medians(configs, budget.repeats)
     finally:
         for pool in pools.values():
             pool.close()
-    return {name: {str(k): _sig(med[name, k]) for k in threads} for name in cases}
+    return {name: {str(k): sig(med[name, k]) for k in threads} for name in cases}
 
 
 RUNTIME_MODES = ("learner_idle", "learner_idle_k256", "learner_busy", "learner_threads")
@@ -258,8 +231,8 @@ def _runtime(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, floa
         for mode in RUNTIME_MODES
         for n in threads
     }  # fmt: skip
-    med = _medians(configs, budget.runtime_repeats)
-    return {mode: {str(n): _sig(med[mode, n]) for n in threads} for mode in RUNTIME_MODES}
+    med = medians(configs, budget.runtime_repeats)
+    return {mode: {str(n): sig(med[mode, n]) for n in threads} for mode in RUNTIME_MODES}
 
 
 def _speedups(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:

@@ -1,0 +1,143 @@
+"""What the actor, the learner, the runner and the Ray backend share: the stop-aware queue
+calls, the stats each thread writes, the episode log, and the typed contracts (Protocols) for
+an actor's stand-in and for envs that run a whole unroll natively."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from rlpar.data import Rollout
+    from rlpar.nn import Net
+    from rlpar.snapshot import Snapshot
+
+__all__ = [
+    "POLL_S",
+    "ActorHandle",
+    "ActorStats",
+    "EpisodeLog",
+    "EpisodeSink",
+    "FusedEnvs",
+    "queue_get",
+    "queue_put",
+]
+
+POLL_S = 0.05  # how often a blocked thread looks at the stop flag
+
+T = TypeVar("T")
+
+
+def queue_get(q: queue.Queue[T], stop: threading.Event) -> T | None:
+    """The next item of ``q``, or None once ``stop`` is set (never blocks past `POLL_S`)."""
+    while not stop.is_set():
+        try:
+            return q.get(timeout=POLL_S)
+        except queue.Empty:
+            continue
+    return None
+
+
+def queue_put(q: queue.Queue[T], item: T, stop: threading.Event) -> bool:
+    """Put ``item`` into ``q``; False (not put) once ``stop`` is set."""
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=POLL_S)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+@dataclass
+class ActorStats:
+    """Written by the actor thread only; read by the main thread for monitoring."""
+
+    env_steps: int = 0
+    rollouts: int = 0
+    env_s: float = 0.0
+    inference_s: float = 0.0
+    queue_wait_s: float = 0.0
+
+
+class EpisodeSink(Protocol):
+    """Where an actor reports the episodes that ended: (return, length) pairs."""
+
+    def add_many(self, ended: list[tuple[float, int]]) -> None: ...
+
+
+@dataclass
+class EpisodeLog:
+    """Finished episodes from every actor: (return, length, run env steps at the end)."""
+
+    env_steps: Callable[[], int] = lambda: 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    episodes: list[tuple[float, int, int]] = field(default_factory=list)
+    count: int = 0
+
+    def add_many(self, ended: list[tuple[float, int]]) -> None:
+        """Log (return, length) pairs: one lock and one env-step count for all of them (an
+        unroll over many short episodes ends dozens, all while holding the GIL)."""
+        if not ended:
+            return
+        steps = self.env_steps()
+        with self.lock:
+            self.episodes.extend([(ret, length, steps) for ret, length in ended])
+            self.count += len(ended)
+            if len(self.episodes) > 10_000:
+                del self.episodes[: len(self.episodes) - 5_000]
+
+    def recent(self, n: int) -> list[tuple[float, int, int]]:
+        with self.lock:
+            return self.episodes[-n:]
+
+
+class ActorHandle(Protocol):
+    """What the runner and the learner need of an actor: a local `rlpar.runtime.actor.Actor`,
+    or its stand-in on the driver for an actor thread in a Ray process (`RemoteActor`)."""
+
+    index: int
+    #: rollout buffers (or slots) the learner hands back after using them
+    free: queue.Queue
+    stats: ActorStats
+
+    def run(
+        self,
+        stop: threading.Event,
+        out_queue: queue.Queue[Rollout],
+        episodes: EpisodeLog,
+        wait_for_version: Callable[[int], bool] | None = None,
+        rollouts_per_version: int = 1,
+    ) -> None:
+        """Produce rollouts into ``out_queue`` until ``stop`` is set."""
+
+    def rng_state(self) -> dict[str, Any]:
+        """The sampling generators' states as of the last finished unroll (for checkpoints)."""
+
+    def set_rng_state(self, numpy_state: dict | None, sampler_state: list | None) -> None:
+        """Restore what `rng_state` returned (None leaves that generator as it is)."""
+
+
+@runtime_checkable
+class FusedEnvs(Protocol):
+    """Vector envs that can run a whole unroll in one GIL-free native call (forward with the
+    pinned snapshot, categorical sampling, env steps): rlpar's native envs (``rlpar/...``)."""
+
+    def check_fused(self, net: Net) -> None:
+        """Raise ValueError (saying why) unless `fused_unroll` can run ``net`` on these envs."""
+
+    def fused_unroll(
+        self,
+        net: Net,
+        snapshot: Snapshot,
+        sampler: Any,
+        rollout: Rollout,
+        ep_return: np.ndarray,
+        ep_length: np.ndarray,
+    ) -> tuple[int, list[tuple[float, int]]]:
+        """Fill ``rollout``; returns (the snapshot's version, the episodes that ended)."""
