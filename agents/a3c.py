@@ -38,6 +38,7 @@ class A3CConfig:
     """The optimizer."""
 
     def __post_init__(self) -> None:
+        rlpar.check_field_types(self)
         if not 0.0 <= self.gamma <= 1.0:
             raise rlpar.ConfigError(f"gamma: expected a number in [0, 1], got {self.gamma}")
 

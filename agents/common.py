@@ -27,6 +27,7 @@ class NetConfig:
     """Initial log standard deviation of a Gaussian policy."""
 
     def __post_init__(self) -> None:
+        rlpar.check_field_types(self)
         if self.activation not in ("tanh", "relu"):
             raise rlpar.ConfigError(
                 f"activation: expected 'tanh' or 'relu', got {self.activation!r}"
@@ -126,6 +127,7 @@ class OptimConfig:
     """Global gradient-norm clipping."""
 
     def __post_init__(self) -> None:
+        rlpar.check_field_types(self)
         if self.name not in ("adam", "rmsprop"):
             raise rlpar.ConfigError(f"name: expected 'adam' or 'rmsprop', got {self.name!r}")
 
@@ -167,8 +169,10 @@ def actor_critic_step(
             net, state.params, batch, layout, reward_scale, loss_args, pool,
             {} if scratch is None else scratch,
         )  # fmt: skip
-    metrics["grad_norm"] = rlpar.clip_grad_norm(grad, optim.max_grad_norm, pool)
-    state.optimizer.step(state.params, grad, pool)
+    metrics["grad_norm"] = norm = rlpar.clip_grad_norm(grad, optim.max_grad_norm, pool)
+    if not rlpar.skip_nonfinite_step(state, norm):
+        state.optimizer.step(state.params, grad, pool)
+    metrics["nonfinite_grad_steps"] = state.extra.get("nonfinite_grad_steps", 0)
     metrics["learning_rate"] = state.optimizer.lr
     return metrics
 

@@ -43,6 +43,7 @@ class ImpalaConfig:
     """The optimizer."""
 
     def __post_init__(self) -> None:
+        rlpar.check_field_types(self)
         if not 0.0 <= self.gamma <= 1.0:
             raise rlpar.ConfigError(f"gamma: expected a number in [0, 1], got {self.gamma}")
         for key in ("rho_bar", "c_bar", "pg_rho_bar"):

@@ -4,17 +4,32 @@ Public API (everything a user or a plug-in agent needs is importable from here):
 
 - nets: `NetSpec`, layers `Linear`, `Conv2d`, `ReLU`, `Tanh`, `Flatten`, `PyLayer`, heads
   `Categorical`, `Value`, `Gaussian`, helpers `mlp_spec`, `conv_spec`, and `Net`;
-- optimizers: `SGD`, `RMSProp`, `Adam`, `clip_grad_norm`, `global_norm`;
+- optimizers: `SGD`, `RMSProp`, `Adam`, `clip_grad_norm`, `global_norm`,
+  `skip_nonfinite_step` (skip and count a step whose gradient is NaN/inf);
 - parameter snapshots: `SnapshotStore`, `Snapshot`;
 - the agent seam and runtime: `Agent`, `LearnerState`, `Rollout`, `Batch`, `Runner`, `RunResult`,
   `Progress`, configs `EnvConfig`, `RuntimeConfig`, losses `actor_critic_loss`, `ShardPool`
   (the threads of a learner step split over column shards);
-- plug-ins: `register_agent`, `make_agent`, `registered_agents`, `register_env`;
+- plug-ins: `register_agent`, `make_agent`, `registered_agents`, `register_env`,
+  `check_field_types` (a plug-in config dataclass checks its fields as the built-ins do);
 - GIL policy: `gil_release_threshold`, `set_gil_release_threshold`.
 """
 
+import os as _os
+
+try:
+    from rlpar import _native  # noqa: F401  (the compiled core; everything below needs it)
+except ImportError as _e:  # pragma: no cover - exercised in a child process by the tests
+    raise ImportError(
+        f"rlpar's compiled core (rlpar._native) cannot be imported from "
+        f"{_os.path.dirname(__file__)} ({_e}). If this is the source checkout, Python found "
+        "this folder before the installed package: run from another directory, or install the "
+        "checkout in editable mode for development: pip install -e '.[dev]' (see the README's "
+        "Development section)."
+    ) from _e
+
 from rlpar.agent import Agent, LearnerState
-from rlpar.config import ConfigError, EnvConfig, RuntimeConfig
+from rlpar.config import ConfigError, EnvConfig, RuntimeConfig, check_field_types
 from rlpar.data import Batch, Rollout
 from rlpar.losses import actor_critic_loss
 from rlpar.nn import (
@@ -35,7 +50,15 @@ from rlpar.nn import (
     mlp_spec,
     set_gil_release_threshold,
 )
-from rlpar.optim import SGD, Adam, Optimizer, RMSProp, clip_grad_norm, global_norm
+from rlpar.optim import (
+    SGD,
+    Adam,
+    Optimizer,
+    RMSProp,
+    clip_grad_norm,
+    global_norm,
+    skip_nonfinite_step,
+)
 from rlpar.parallel import ShardPool
 from rlpar.registry import make_agent, register_agent, register_env, registered_agents
 from rlpar.runtime import Progress, Runner, RunResult
@@ -75,6 +98,7 @@ __all__ = [
     "Value",
     "__version__",
     "actor_critic_loss",
+    "check_field_types",
     "clip_grad_norm",
     "conv_spec",
     "gil_release_threshold",
@@ -85,4 +109,5 @@ __all__ = [
     "register_env",
     "registered_agents",
     "set_gil_release_threshold",
+    "skip_nonfinite_step",
 ]

@@ -43,6 +43,7 @@ import os
 import re
 import secrets
 import struct
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +74,9 @@ _MAGIC = b"RLPARCKP"
 _PREFIX = struct.Struct("<8sIQQ")  # magic, version, meta_len, data_len; then the 32-byte digest
 _HEADER_SIZE = _PREFIX.size + 32
 _NAME = re.compile(r"ckpt-(\d+)\.rlpar")
+_TEMP = re.compile(r"\.ckpt-\d+\.rlpar\.[0-9a-f]+\.tmp")
+#: A temporary file older than this is what a killed writer left (a write takes well under it).
+STALE_TEMP_S = 60.0
 
 Signature = list[tuple[str, tuple[int, ...]]]
 
@@ -121,7 +125,8 @@ def save_checkpoint(path: str | os.PathLike[str], ckpt: Checkpoint) -> Path:
     The bytes go to a uniquely named temporary file in the same directory (created if needed),
     which is fsynced and then renamed over ``path``, and the directory is fsynced. A reader sees
     the old file or the new one, never a mix; on any error the temporary file is removed (only a
-    killed process leaves one, named ``.<name>.<random>.tmp``, which the other functions ignore).
+    killed process leaves one, named ``.<name>.<random>.tmp``: `prune_checkpoints`, called after
+    every save and when a run starts, removes those older than `STALE_TEMP_S`).
     Raises ``ValueError``/``TypeError`` (before touching the disk) if ``ckpt`` is malformed.
     """
     path = Path(path)
@@ -179,16 +184,33 @@ def latest_checkpoint(directory: str | os.PathLike[str]) -> Path | None:
 
 
 def prune_checkpoints(directory: str | os.PathLike[str], keep: int) -> list[Path]:
-    """Delete all but the newest ``keep`` (>= 1) checkpoints in ``directory``; return the deleted.
+    """Delete all but the newest ``keep`` (>= 1) checkpoints in ``directory``, and the temporary
+    files of writers killed mid-write (older than `STALE_TEMP_S`); return the deleted.
 
-    Only files named by `checkpoint_path` are considered; anything else is left alone.
+    Only files named by `checkpoint_path` (or their temporary files) are considered; anything
+    else is left alone.
     """
     if keep < 1:
         raise ValueError(f"keep must be >= 1 (pruning never deletes every checkpoint), got {keep}")
-    doomed = _checkpoints(Path(directory))[:-keep]
+    doomed = _checkpoints(Path(directory))[:-keep] + _stale_temp_files(Path(directory))
     for path in doomed:
         path.unlink(missing_ok=True)
     return doomed
+
+
+def _stale_temp_files(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    now = time.time()
+    stale = []
+    for path in directory.iterdir():
+        if _TEMP.fullmatch(path.name):
+            try:
+                if now - path.stat().st_mtime > STALE_TEMP_S:
+                    stale.append(path)
+            except FileNotFoundError:  # its writer just renamed it
+                continue
+    return stale
 
 
 def _checkpoints(directory: Path) -> list[Path]:

@@ -8,13 +8,21 @@ the expected type and the value given on any error, with a "did you mean" for un
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-__all__ = ["ConfigError", "EnvConfig", "RuntimeConfig", "from_dict", "to_dict"]
+from rlpar._checks import did_you_mean
+
+__all__ = [
+    "ConfigError",
+    "EnvConfig",
+    "RuntimeConfig",
+    "check_field_types",
+    "from_dict",
+    "to_dict",
+]
 
 T = TypeVar("T")
 
@@ -87,8 +95,7 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     names = [f.name for f in dataclasses.fields(cls) if f.init]
     for key in data:
         if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+            hint = did_you_mean(key, names, prefix)
             raise ConfigError(
                 f"unknown key '{prefix}{key}'{hint}; valid keys: {', '.join(sorted(names))}"
             )
@@ -97,6 +104,17 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
         return cls(**kwargs)
     except ConfigError as e:
         raise ConfigError(f"{prefix}{e}") from None
+
+
+def check_field_types(obj: Any) -> None:
+    """Check every field of the config dataclass ``obj`` against its annotation, exactly as
+    `from_dict` checks a TOML table (so ``RuntimeConfig(num_actors="2")`` fails as the TOML
+    would), and store the converted values (an int given for a float becomes a float).
+    Call it first in ``__post_init__``."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = _convert(getattr(obj, f.name), hints[f.name], f.name)
+        object.__setattr__(obj, f.name, value)  # frozen dataclasses too
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
@@ -141,6 +159,7 @@ class EnvConfig:
     "minatar.gym:register_envs"."""
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         _check(bool(self.id), "id", "a gymnasium environment id", self.id)
 
 
@@ -198,6 +217,7 @@ class RuntimeConfig:
     threads of one process share one native net and one snapshot store."""
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         for key in ("num_actors", "envs_per_actor", "unroll_length", "batch_rollouts"):
             value = getattr(self, key)
             _check(value >= 1, key, "an integer >= 1", value)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from rlpar._checks import check_int
 from rlpar.parallel import even_slices
 
 __all__ = ["ARRAY_FIELDS", "Batch", "Rollout"]
@@ -125,8 +126,7 @@ class Batch:
         """The columns in ``min(parts, N)`` contiguous, nearly equal shards (copies, each array
         C-contiguous), for a learner step spread over threads (`rlpar.ShardPool`).
         ``versions``, ``policy_lag`` and ``learner_version`` are the whole batch's in each."""
-        if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
-            raise ValueError(f"parts: expected an integer >= 1, got {parts!r}")
+        check_int("parts", parts, minimum=1)
         return [
             Batch(
                 **{

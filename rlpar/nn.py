@@ -31,6 +31,7 @@ from typing import Literal
 import numpy as np
 
 from rlpar import _native
+from rlpar._checks import check_int
 
 __all__ = [
     "Categorical",
@@ -58,13 +59,6 @@ gil_release_threshold = _native.gil_release_threshold
 set_gil_release_threshold = _native.set_gil_release_threshold
 
 
-def _positive_int(owner: str, name: str, value: object, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{owner}.{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{owner}.{name} must be >= {minimum}, got {value}")
-
-
 def _gain(owner: str, value: float | None) -> None:
     if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)):
         raise ValueError(f"{owner}.init_gain must be a finite number or None, got {value!r}")
@@ -84,7 +78,7 @@ class Linear:
     init_gain: float | None = None
 
     def __post_init__(self) -> None:
-        _positive_int("Linear", "out_features", self.out_features)
+        check_int("Linear.out_features", self.out_features, minimum=1)
         _gain("Linear", self.init_gain)
 
 
@@ -102,10 +96,10 @@ class Conv2d:
     init_gain: float | None = None
 
     def __post_init__(self) -> None:
-        _positive_int("Conv2d", "out_channels", self.out_channels)
-        _positive_int("Conv2d", "kernel", self.kernel)
-        _positive_int("Conv2d", "stride", self.stride)
-        _positive_int("Conv2d", "padding", self.padding, minimum=0)
+        check_int("Conv2d.out_channels", self.out_channels, minimum=1)
+        check_int("Conv2d.kernel", self.kernel, minimum=1)
+        check_int("Conv2d.stride", self.stride, minimum=1)
+        check_int("Conv2d.padding", self.padding, minimum=0)
         _gain("Conv2d", self.init_gain)
 
 
@@ -158,7 +152,7 @@ class Categorical:
     init_gain: float = 0.01
 
     def __post_init__(self) -> None:
-        _positive_int("Categorical", "n", self.n)
+        check_int("Categorical.n", self.n, minimum=1)
         _gain("Categorical", self.init_gain)
 
 
@@ -184,7 +178,7 @@ class Gaussian:
     init_gain: float = 0.01
 
     def __post_init__(self) -> None:
-        _positive_int("Gaussian", "n", self.n)
+        check_int("Gaussian.n", self.n, minimum=1)
         _gain("Gaussian", self.init_gain)
         if not math.isfinite(self.init_log_std):
             raise ValueError(f"Gaussian.init_log_std must be finite, got {self.init_log_std}")
@@ -216,7 +210,7 @@ class NetSpec:
         if len(shape) not in (1, 3):
             raise ValueError(f"input_shape must be (D,) or (H, W, C), got {shape}")
         for d in shape:
-            _positive_int("NetSpec", "input_shape", d)
+            check_int("NetSpec.input_shape", d, minimum=1)
         object.__setattr__(self, "input_shape", tuple(int(d) for d in shape))
         object.__setattr__(self, "layers", tuple(self.layers))
         object.__setattr__(self, "heads", tuple(self.heads))

@@ -12,13 +12,23 @@ definitions (eps outside the square root)::
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from rlpar import _native
 from rlpar.parallel import ShardPool
 
-__all__ = ["SGD", "Adam", "Optimizer", "RMSProp", "clip_grad_norm", "global_norm"]
+__all__ = [
+    "MAX_NONFINITE_IN_A_ROW",
+    "SGD",
+    "Adam",
+    "Optimizer",
+    "RMSProp",
+    "clip_grad_norm",
+    "global_norm",
+    "skip_nonfinite_step",
+]
 
 
 def _check_sliceable(name: str, a: object, n: int | None = None) -> np.ndarray:
@@ -55,7 +65,11 @@ def global_norm(grad: np.ndarray, pool: ShardPool | None = None) -> float:
 
 def clip_grad_norm(grad: np.ndarray, max_norm: float, pool: ShardPool | None = None) -> float:
     """Scale ``grad`` (float32 ``[n]``) in place to norm <= ``max_norm``; return the old norm.
-    With ``pool``, long vectors are measured and scaled in slices on the pool's threads."""
+    With ``pool``, long vectors are measured and scaled in slices on the pool's threads.
+
+    A gradient holding NaN or inf has no norm to clip to: it is left as it is and the returned
+    norm is not finite. Check it (``math.isfinite``) before an optimizer step; the built-in
+    agents then skip the step and count it (`skip_nonfinite_step`)."""
     if pool is None:
         return _native.clip_by_global_norm(grad, float(max_norm))
     norm = global_norm(grad, pool)
@@ -63,6 +77,32 @@ def clip_grad_norm(grad: np.ndarray, max_norm: float, pool: ShardPool | None = N
         scale = np.float32(max_norm / norm)
         pool.map(lambda sl: np.multiply(grad[sl], scale, out=grad[sl]), pool.slices(len(grad)))
     return norm
+
+
+#: A run stops when this many learner steps in a row had a gradient that was not finite.
+MAX_NONFINITE_IN_A_ROW = 10
+
+
+def skip_nonfinite_step(state: Any, grad_norm: float) -> bool:
+    """True when the learner step must not be applied because its gradient norm ``grad_norm``
+    (from `clip_grad_norm`) is NaN or inf; then the step is counted in ``state.extra``
+    (``nonfinite_grad_steps``, saved in checkpoints, logged as a learner metric). After
+    `MAX_NONFINITE_IN_A_ROW` such steps in a row, raises FloatingPointError naming the learner
+    step: the loss has diverged and skipping more would only hide it."""
+    extra = state.extra
+    if math.isfinite(grad_norm):
+        extra["nonfinite_in_a_row"] = 0
+        return False
+    extra["nonfinite_grad_steps"] = int(extra.get("nonfinite_grad_steps", 0)) + 1
+    extra["nonfinite_in_a_row"] = int(extra.get("nonfinite_in_a_row", 0)) + 1
+    if extra["nonfinite_in_a_row"] >= MAX_NONFINITE_IN_A_ROW:
+        raise FloatingPointError(
+            f"learner step {state.steps + 1}: the gradient was not finite (norm {grad_norm}) "
+            f"in {extra['nonfinite_in_a_row']} steps in a row; the parameters keep their last "
+            "finite values. Lower the learning rate, or look for NaN/inf in rewards or "
+            "observations."
+        )
+    return True
 
 
 def _check(

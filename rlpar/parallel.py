@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
+from rlpar._checks import check_int
+
 __all__ = ["ShardPool", "even_slices"]
 
 T = TypeVar("T")
@@ -34,10 +36,7 @@ class ShardPool:
     every `map` itself. Not for use by two callers at once (one learner owns it)."""
 
     def __init__(self, threads: int, name: str = "rlpar-learner-shard") -> None:
-        if isinstance(threads, bool) or not isinstance(threads, int):
-            raise TypeError(f"threads: expected an int, got {type(threads).__name__}")
-        if not 1 <= threads <= _MAX_THREADS:
-            raise ValueError(f"threads: expected 1 to {_MAX_THREADS}, got {threads}")
+        check_int("threads", threads, minimum=1, maximum=_MAX_THREADS)
         self.threads = threads
         self._tasks: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._workers = [
@@ -90,9 +89,8 @@ class ShardPool:
     def slices(self, n: int, min_size: int = 1 << 16) -> list[slice]:
         """``range(n)`` in at most ``threads`` contiguous slices of at least ``min_size`` items
         (one slice when ``n`` is small: splitting a short vector costs more than it saves)."""
-        for name, value, low in (("n", n, 0), ("min_size", min_size, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
+        check_int("n", n, minimum=0, error=ValueError)
+        check_int("min_size", min_size, minimum=1, error=ValueError)
         return even_slices(n, max(1, min(self.threads, n // min_size)))
 
     def close(self, timeout_s: float = 2.0) -> list[str]:

@@ -21,7 +21,6 @@ a key is an error naming the key, not a silently ignored setting.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -29,6 +28,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from rlpar._checks import did_you_mean
 from rlpar.agent import Agent
 from rlpar.config import from_dict
 
@@ -44,7 +44,7 @@ class AgentEntry:
     name: str
     factory: Callable[[Any], Agent]
     config: type
-    source: str  # "built-in", "entry point <value>", or "register_agent"
+    source: str  # "built-in", "entry point", or "register_agent"
 
 
 _AGENTS: dict[str, AgentEntry] = {}
@@ -91,7 +91,7 @@ def _load_plugins() -> None:
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in _AGENTS:
             continue
-        register_agent(ep.name, ep.load(), source=f"entry point {ep.value}")
+        register_agent(ep.name, ep.load(), source="entry point")
 
 
 def registered_agents() -> dict[str, AgentEntry]:
@@ -102,11 +102,21 @@ def registered_agents() -> dict[str, AgentEntry]:
 
 def make_agent(name: str, params: dict[str, Any] | None = None) -> Agent:
     """Build agent ``name`` from plain config data (e.g. the TOML ``[agent]`` table)."""
+    if not isinstance(name, str):
+        raise TypeError(
+            f"agent name: expected a string such as 'impala', got {type(name).__name__} {name!r}"
+        )
+    if params is not None and not isinstance(params, dict):
+        raise TypeError(
+            f"agent params: expected a dict of config keys (e.g. {{'gamma': 0.9}}), got "
+            f"{type(params).__name__} {params!r}"
+        )
     entry = registered_agents().get(name)
     if entry is None:
         known = sorted(_AGENTS)
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"unknown agent {name!r}{hint}; registered agents: {', '.join(known)}")
+        raise ValueError(
+            f"unknown agent {name!r}{did_you_mean(name, known)}; registered agents: "
+            f"{', '.join(known)}"
+        )
     config = from_dict(entry.config, dict(params or {}), prefix="agent.")
     return entry.factory(config)

@@ -269,37 +269,40 @@ def test_spec_head_is_a_layer() -> None:
 
 
 def test_linear_zero_features() -> None:
-    with pytest.raises(ValueError, match=lit("Linear.out_features must be >= 1, got 0")):
+    msg = "Linear.out_features: expected an integer >= 1, got 0"
+    with pytest.raises(ValueError, match=lit(msg)):
         Linear(0)
 
 
 def test_conv_zero_kernel() -> None:
-    with pytest.raises(ValueError, match=lit("Conv2d.kernel must be >= 1, got 0")):
+    with pytest.raises(ValueError, match=lit("Conv2d.kernel: expected an integer >= 1, got 0")):
         Conv2d(4, 0)
 
 
 def test_conv_negative_padding() -> None:
-    with pytest.raises(ValueError, match=lit("Conv2d.padding must be >= 0, got -1")):
+    with pytest.raises(ValueError, match=lit("Conv2d.padding: expected an integer >= 0, got -1")):
         Conv2d(4, 3, padding=-1)
 
 
 def test_conv_zero_stride() -> None:
-    with pytest.raises(ValueError, match=lit("Conv2d.stride must be >= 1, got 0")):
+    with pytest.raises(ValueError, match=lit("Conv2d.stride: expected an integer >= 1, got 0")):
         Conv2d(4, 3, stride=0)
 
 
 def test_categorical_zero_actions() -> None:
-    with pytest.raises(ValueError, match=lit("Categorical.n must be >= 1, got 0")):
+    with pytest.raises(ValueError, match=lit("Categorical.n: expected an integer >= 1, got 0")):
         Categorical(0)
 
 
 def test_linear_float_size() -> None:
-    with pytest.raises(TypeError, match=lit("Linear.out_features must be an int, got float 2.5")):
+    msg = "Linear.out_features: expected an integer, got float 2.5"
+    with pytest.raises(TypeError, match=lit(msg)):
         Linear(2.5)
 
 
 def test_linear_bool_size() -> None:
-    with pytest.raises(TypeError, match=lit("Linear.out_features must be an int, got bool True")):
+    msg = "Linear.out_features: expected an integer, got bool True"
+    with pytest.raises(TypeError, match=lit(msg)):
         Linear(True)
 
 
@@ -362,12 +365,14 @@ def test_input_shape_two_dims() -> None:
 
 
 def test_input_shape_zero() -> None:
-    with pytest.raises(ValueError, match=lit("NetSpec.input_shape must be >= 1, got 0")):
+    msg = "NetSpec.input_shape: expected an integer >= 1, got 0"
+    with pytest.raises(ValueError, match=lit(msg)):
         NetSpec((0,), [], [Value()])
 
 
 def test_input_shape_float() -> None:
-    with pytest.raises(TypeError, match=lit("NetSpec.input_shape must be an int, got float 4.0")):
+    msg = "NetSpec.input_shape: expected an integer, got float 4.0"
+    with pytest.raises(TypeError, match=lit(msg)):
         NetSpec((4.0,), [], [Value()])
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import json
 import math
 import re
@@ -33,8 +32,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlpar._checks import did_you_mean
 from rlpar.agent import Agent
-from rlpar.config import ConfigError, EnvConfig, RuntimeConfig, from_dict, to_dict
+from rlpar.config import (
+    ConfigError,
+    EnvConfig,
+    RuntimeConfig,
+    check_field_types,
+    from_dict,
+    to_dict,
+)
 from rlpar.registry import registered_agents
 
 if sys.version_info >= (3, 11):
@@ -77,6 +84,7 @@ class LogConfig:
     """How many of the newest checkpoints the run keeps in its `checkpoints/` folder."""
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if not self.logdir:
             raise ConfigError(f"logdir: expected a directory, got {self.logdir!r}")
         for key in ("scalar_interval_s", "log_interval_s"):
@@ -143,7 +151,9 @@ def load_experiment(path: str | Path, overrides: Iterable[str] = ()) -> Experime
 
 def experiment_from_dict(data: dict[str, Any], default_name: str = "experiment") -> Experiment:
     """Validate plain data (a parsed experiment file, or a checkpoint's config)."""
-    _check_keys(data, SECTIONS, "")
+    for key in data:
+        if key not in SECTIONS:
+            _unknown_section(key, data.get("agent"))
     name = data.get("name", default_name)
     if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name):
         raise ConfigError(
@@ -156,10 +166,9 @@ def experiment_from_dict(data: dict[str, Any], default_name: str = "experiment")
     if agent_name not in agents:
         if agent_name is None:
             raise ConfigError(f"agent.name: required; registered agents: {', '.join(agents)}")
-        close = difflib.get_close_matches(str(agent_name), list(agents), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(
-            f"agent.name: unknown agent {agent_name!r}{hint}; registered agents: "
+            f"agent.name: unknown agent {agent_name!r}{did_you_mean(agent_name, agents)}; "
+            "registered agents: "
             f"{', '.join(agents)}"
         )
     agent_cls = agents[agent_name].config
@@ -184,13 +193,24 @@ def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
     return value
 
 
-def _check_keys(data: dict[str, Any], names: Iterable[str], prefix: str) -> None:
-    names = list(names)
-    for key in data:
-        if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
-            raise ConfigError(f"unknown key '{prefix}{key}'{hint}; valid keys: {', '.join(names)}")
+def _unknown_section(key: str, agent_table: Any) -> None:
+    """Raise for a top-level ``key`` that is no section; a key of a section (``seed``) is
+    answered with its full name (``runtime.seed``)."""
+    sections: dict[str, type] = {"env": EnvConfig, "runtime": RuntimeConfig, "log": LogConfig}
+    agent_name = agent_table.get("name") if isinstance(agent_table, dict) else None
+    entry = registered_agents().get(agent_name) if isinstance(agent_name, str) else None
+    if entry is not None:
+        sections["agent"] = entry.config
+    owners = [s for s, cls in sections.items() if key in {f.name for f in dataclasses.fields(cls)}]
+    if owners:
+        full = " or ".join(f"'{s}.{key}'" for s in owners)
+        raise ConfigError(
+            f"unknown key '{key}': it belongs to a section, did you mean {full}? "
+            f"(on the command line: --set {owners[0]}.{key}=...)"
+        )
+    raise ConfigError(
+        f"unknown key '{key}'{did_you_mean(key, SECTIONS)}; valid keys: {', '.join(SECTIONS)}"
+    )
 
 
 def _accepts_none(tp: Any) -> bool:

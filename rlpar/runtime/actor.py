@@ -23,7 +23,7 @@ from rlpar.runtime.common import (
     queue_get,
     queue_put,
 )
-from rlpar.runtime.envs import ActionAdapter, env_seeds, storage_dtype
+from rlpar.runtime.envs import ActionAdapter, env_seeds, explain_env_error, storage_dtype
 from rlpar.snapshot import SnapshotStore
 
 __all__ = ["Actor"]
@@ -92,7 +92,10 @@ class Actor:
             else:
                 key = np.random.SeedSequence([seed, index, 1 << 21]).generate_state(1)[0]
                 self.sampler = _native.CategoricalSampler(int(key))
-        obs, _ = envs.reset(seed=env_seeds(envs, seed, index, generation))
+        try:
+            obs, _ = envs.reset(seed=env_seeds(envs, seed, index, generation))
+        except ValueError as e:
+            raise explain_env_error(envs, e) from e
         self.obs = obs
         self.prev_done = np.zeros(self.num_envs, bool)
         self.ep_return = np.zeros(self.num_envs, np.float64)
@@ -140,7 +143,12 @@ class Actor:
                 self.stats.queue_wait_s += time.perf_counter() - t0
                 if rollout is None:
                     return
-                self.unroll(rollout, episodes if wait_for_version is None else _RideAlong(rollout))
+                try:
+                    self.unroll(
+                        rollout, episodes if wait_for_version is None else _RideAlong(rollout)
+                    )
+                except ValueError as e:
+                    raise explain_env_error(self.envs, e) from e
                 t0 = time.perf_counter()
                 if not queue_put(out_queue, rollout, stop):
                     return

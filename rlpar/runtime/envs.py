@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
+from rlpar._checks import did_you_mean
 from rlpar.config import EnvConfig
 
-__all__ = ["ActionAdapter", "env_seeds", "make_actor_envs"]
+__all__ = ["ActionAdapter", "env_seeds", "explain_env_error", "make_actor_envs"]
 
 
 def env_seeds(envs: VectorEnv, seed: int, actor: int, generation: int = 0) -> int | list[int]:
@@ -52,9 +52,7 @@ def make_actor_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
     if cfg.id.startswith("rlpar/") and cfg.id not in gym.registry:
         run_setup("rlpar.envs")  # the native envs register themselves on import
     if cfg.id not in gym.registry:
-        close = difflib.get_close_matches(cfg.id, list(gym.registry), n=3)
-        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise ValueError(f"unknown environment id {cfg.id!r}{hint}")
+        raise ValueError(f"unknown environment id {cfg.id!r}{did_you_mean(cfg.id, gym.registry)}")
     envs = gym.make_vec(cfg.id, num_envs=num_envs, **cfg.kwargs)
     mode = envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
     if mode != AutoresetMode.NEXT_STEP:
@@ -103,3 +101,24 @@ class ActionAdapter:
         if self.low is None:
             return actions
         return np.clip(actions, self.low, self.high)
+
+
+def explain_env_error(envs: VectorEnv, error: BaseException) -> BaseException:
+    """A clearer error for ``error``, raised by stepping or resetting ``envs``, when one of
+    its envs returned an observation that does not fit its observation space (gymnasium
+    only says "Output array is the wrong shape"); else ``error`` itself."""
+    env_obs = getattr(envs, "_env_obs", None)  # SyncVectorEnv keeps each env's last obs
+    space = envs.single_observation_space
+    if not isinstance(error, ValueError) or not isinstance(env_obs, list):
+        return error
+    for i, obs in enumerate(env_obs):
+        got = np.asarray(obs)
+        if got.shape != space.shape or not np.can_cast(got.dtype, space.dtype, "same_kind"):
+            spec = getattr(envs, "spec", None)
+            name = repr(spec.id) if spec is not None else type(envs).__name__
+            return ValueError(
+                f"environment {name}: env {i} returned an observation of shape {got.shape} "
+                f"and dtype {got.dtype}, but its observation space is {space} (shape "
+                f"{space.shape}, dtype {space.dtype}): fix the env or its observation_space"
+            )
+    return error

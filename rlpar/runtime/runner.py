@@ -269,6 +269,8 @@ class Runner:
             raise RuntimeError("a Runner runs once; build a new one (resume=checkpoint) to go on")
         self._ran = True
         self._start = self._last_checkpoint = time.perf_counter()
+        if self.checkpoint_dir is not None:  # what an earlier run, killed mid-write, left
+            prune_checkpoints(self.checkpoint_dir, keep=self.keep_checkpoints)
         restore_signals = self._install_signal_handlers()
         try:
             self._start_threads()

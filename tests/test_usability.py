@@ -1,0 +1,222 @@
+"""The rough edges a new user hit, each pinned down: clear messages instead of confusing ones."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import rlpar
+from rlpar import registry
+from rlpar.app.experiment import load_experiment
+from rlpar.app.reference import agent_reference, format_agents
+from rlpar.checkpoint import STALE_TEMP_S, prune_checkpoints
+
+ROOT = Path(__file__).resolve().parent.parent
+CARTPOLE = ROOT / "experiments" / "cartpole_impala.toml"
+
+
+# --------------------------------------------------------------------- configs built in Python
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (lambda: rlpar.make_agent(42), TypeError, "agent name: expected a string .* got int 42"),
+        (
+            lambda: rlpar.make_agent("impala", "gamma=0.9"),
+            TypeError,
+            "agent params: expected a dict .* got str 'gamma=0.9'",
+        ),
+        (lambda: rlpar.RuntimeConfig(num_actors="2"), rlpar.ConfigError, "num_actors: .* '2'"),
+        (lambda: rlpar.RuntimeConfig(num_actors=1.5), rlpar.ConfigError, "num_actors: .* 1.5"),
+        (lambda: rlpar.RuntimeConfig(deterministic=1), rlpar.ConfigError, "deterministic:"),
+        (lambda: rlpar.EnvConfig(id=3), rlpar.ConfigError, "id: expected a string, got 3"),
+    ],
+)
+def test_configs_built_in_python_are_checked_like_toml(call, exc, match) -> None:
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_agent_config_dataclasses_check_types_when_built_directly() -> None:
+    config_cls = rlpar.registered_agents()["impala"].config
+    with pytest.raises(rlpar.ConfigError, match=r"gamma: expected a number, got '0\.9'"):
+        config_cls(gamma="0.9")
+    assert config_cls(gamma=1).gamma == 1.0 and isinstance(config_cls(gamma=1).gamma, float)
+
+
+@pytest.mark.parametrize(
+    ("override", "suggestion"),
+    [("seed=1", "'runtime.seed'"), ("gamma=0.5", "'agent.gamma'"), ("logdir=x", "'log.logdir'")],
+)
+def test_a_section_key_at_the_top_level_names_its_section(override, suggestion) -> None:
+    with pytest.raises(rlpar.ConfigError, match=f"did you mean {suggestion}"):
+        load_experiment(CARTPOLE, [override])
+
+
+# --------------------------------------------------------------------------------- envs
+
+
+class _WrongShapeEnv(gym.Env):
+    """Says [4] observations and returns [3]."""
+
+    observation_space = gym.spaces.Box(-1, 1, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(3, np.float32), 0.0, False, False, {}
+
+
+def test_an_observation_that_does_not_fit_its_space_is_named() -> None:
+    gym.register("rlpar-test/WrongShape-v0", entry_point=_WrongShapeEnv)
+    runtime = rlpar.RuntimeConfig(num_actors=1, envs_per_actor=2, total_env_steps=1000)
+    runner = rlpar.Runner(
+        rlpar.make_agent("impala"), rlpar.EnvConfig("rlpar-test/WrongShape-v0"), runtime
+    )
+    with pytest.raises(ValueError) as info:
+        runner.run()
+    text = str(info.value)
+    assert "'rlpar-test/WrongShape-v0'" in text
+    assert "shape (3,)" in text and "shape (4,)" in text
+
+
+# ------------------------------------------------------------------------------ checkpoints
+
+
+def test_a_killed_writers_temp_files_are_removed_when_old(tmp_path: Path) -> None:
+    stale = tmp_path / ".ckpt-000000000007.rlpar.0123456789abcdef.tmp"
+    fresh = tmp_path / ".ckpt-000000000008.rlpar.fedcba9876543210.tmp"
+    other = tmp_path / "notes.tmp"
+    for path in (stale, fresh, other):
+        path.write_bytes(b"x")
+    old = time.time() - STALE_TEMP_S - 5
+    os.utime(stale, (old, old))
+    os.utime(other, (old, old))
+    assert prune_checkpoints(tmp_path, keep=3) == [stale]
+    assert not stale.exists() and fresh.exists() and other.exists()
+
+
+def test_a_run_cleans_its_checkpoint_folder_of_stale_temp_files(tmp_path: Path) -> None:
+    stale = tmp_path / ".ckpt-000000000001.rlpar.00000000000000aa.tmp"
+    stale.write_bytes(b"partial")
+    old = time.time() - STALE_TEMP_S - 5
+    os.utime(stale, (old, old))
+    runtime = rlpar.RuntimeConfig(num_actors=1, envs_per_actor=2, total_env_steps=200)
+    rlpar.Runner(
+        rlpar.make_agent("impala"), rlpar.EnvConfig(), runtime, checkpoint_dir=tmp_path
+    ).run()
+    assert not stale.exists()
+    assert list(tmp_path.glob("ckpt-*.rlpar"))
+
+
+# ------------------------------------------------------------------------- NaN gradients
+
+
+class _State:
+    def __init__(self) -> None:
+        self.steps = 0
+        self.extra: dict = {}
+
+
+def test_a_nonfinite_gradient_skips_the_step_and_is_counted() -> None:
+    grad = np.array([1.0, np.nan], np.float32)
+    norm = rlpar.clip_grad_norm(grad, 1.0)
+    assert math.isnan(norm) and np.isnan(grad[1])  # clip_grad_norm leaves it as it is
+    state = _State()
+    assert rlpar.skip_nonfinite_step(state, norm)
+    assert not rlpar.skip_nonfinite_step(state, 0.5)
+    assert state.extra["nonfinite_grad_steps"] == 1 and state.extra["nonfinite_in_a_row"] == 0
+
+
+def test_too_many_nonfinite_steps_in_a_row_stop_with_the_step_named() -> None:
+    state = _State()
+    state.steps = 41
+    for _ in range(9):
+        assert rlpar.skip_nonfinite_step(state, math.inf)
+    with pytest.raises(FloatingPointError, match="learner step 42: the gradient was not finite"):
+        rlpar.skip_nonfinite_step(state, math.nan)
+
+
+def test_the_built_in_learner_step_leaves_params_alone_on_a_nan_batch() -> None:
+    agent = rlpar.make_agent("impala")
+    env = gym.make_vec("CartPole-v1", num_envs=2)
+    net = rlpar.Net(agent.net_spec(env.single_observation_space, env.single_action_space))
+    env.close()
+    state = agent.init_state(net, net.init_params(seed=0))
+    t, n = 4, 2
+    batch = rlpar.Batch(
+        obs=np.zeros((t + 1, n, 4), np.float32),
+        actions=np.zeros((t, n), np.int64),
+        rewards=np.full((t, n), np.nan, np.float32),
+        terminated=np.zeros((t, n), bool),
+        truncated=np.zeros((t, n), bool),
+        mask=np.ones((t, n), bool),
+        behaviour=np.zeros((t, n, net.output_size), np.float32),
+        versions=np.ones(1, np.int64),
+        policy_lag=np.zeros(1, np.int64),
+        learner_version=1,
+    )
+    before = state.params.copy()
+    metrics = agent.learn(net, state, batch)
+    np.testing.assert_array_equal(state.params, before)
+    assert metrics["nonfinite_grad_steps"] == 1
+
+
+# ------------------------------------------------------------------------------ the face
+
+
+@dataclass(frozen=True)
+class _EpConfig:
+    x: int = 1
+
+
+class _EpAgent:
+    """Stands in for an agent class an installed package exposes."""
+
+    Config = _EpConfig
+
+
+def test_rlpar_agents_names_an_entry_point_source_once(monkeypatch) -> None:
+    ep = metadata.EntryPoint(name="ep_agent", value=f"{__name__}:_EpAgent", group="rlpar.agents")
+    real = metadata.entry_points
+    monkeypatch.setattr(
+        registry.metadata,
+        "entry_points",
+        lambda group=None: [ep] if group == "rlpar.agents" else real(group=group),
+    )
+    monkeypatch.setattr(registry, "_loaded", False)
+    monkeypatch.setattr(registry, "_AGENTS", dict(registry._AGENTS))
+    first = format_agents({"ep_agent": agent_reference()["ep_agent"]}).splitlines()[0]
+    assert first.count("_EpAgent") == 1 and "entry point" in first, first
+
+
+def test_a_checkout_without_the_compiled_core_says_what_to_run(tmp_path: Path) -> None:
+    shutil.copytree(
+        Path(rlpar.__file__).parent, tmp_path / "rlpar", ignore=shutil.ignore_patterns("*.so")
+    )
+    # -S: no site-packages, so the folder cannot reach an installed compiled core.
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", "import rlpar"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "rlpar._native" in proc.stderr and "pip install -e '.[dev]'" in proc.stderr
+    assert "circular import" not in proc.stderr.splitlines()[-1].split("(", 1)[0]
