@@ -60,136 +60,215 @@ void check(const ActorCriticArgs& a) {
   if (!(a.rho_bar > 0 && a.c_bar > 0 && a.pg_rho_bar > 0)) fail("rho_bar, c_bar, pg_rho_bar must be > 0");
 }
 
-}  // namespace
+// The columns and step layout of one loss call: row (t, n) of [T(+1), N, O] arrays.
+struct Layout {
+  const ActorCriticArgs& args;
+  const float* out;
+  bool categorical() const { return args.policy == Policy::Categorical; }
+  int64_t index(int64_t t, int64_t n) const { return t * args.N + n; }
+  const float* row(const float* base, int64_t t, int64_t n) const {
+    return base + index(t, n) * args.O;
+  }
+  double value(int64_t t, int64_t n) const {
+    return static_cast<double>(row(out, t, n)[args.value_col]);
+  }
+};
 
-ActorCriticMetrics actor_critic_loss(const ActorCriticArgs& a, const float* out,
-                                     const float* behaviour, const void* actions,
-                                     const float* rewards, const uint8_t* terminated,
-                                     const uint8_t* truncated, const uint8_t* mask, float* dout) {
-  check(a);
-  const int64_t T = a.T, N = a.N, O = a.O, A = a.num_actions;
-  const bool cat = a.policy == Policy::Categorical;
-  const auto* act_i = static_cast<const int64_t*>(actions);
-  const auto* act_f = static_cast<const float*>(actions);
-  auto row = [&](const float* base, int64_t t, int64_t n) { return base + (t * N + n) * O; };
-  auto V = [&](int64_t t, int64_t n) { return static_cast<double>(row(out, t, n)[a.value_col]); };
+// Per-step terms of the current policy pi and the behaviour policy mu (phase 1).
+struct PolicyTerms {
+  std::vector<double> logp_t, entropy_t;  // log pi(a_t|x_t), H(pi(.|x_t))
+  std::vector<double> rho_t, c_t, rho_pg_t;  // clipped pi/mu (1 without importance weighting)
+  int64_t valid_steps = 0, clipped = 0;
+};
 
-  std::vector<double> rho(T * N, 1.0), c(T * N, 1.0), rho_pg(T * N, 1.0), ent(T * N, 0.0);
-  ActorCriticMetrics m;
-  int64_t clipped = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t i = t * N + n;
+// Per-step targets (phase 2): vs_t (value targets) and A_t (policy-gradient advantages).
+struct Targets {
+  std::vector<double> vs_t, adv_t;
+};
+
+StepPolicy step_policy(const Layout& l, const float* row, const void* actions, int64_t i) {
+  const ActorCriticArgs& a = l.args;
+  if (l.categorical()) {
+    return categorical(row + a.policy_begin, a.num_actions, static_cast<const int64_t*>(actions)[i]);
+  }
+  const float* act = static_cast<const float*>(actions) + i * a.num_actions;
+  return gaussian(row + a.policy_begin, row + a.log_std_begin, a.num_actions, act);
+}
+
+void check_action(const Layout& l, const void* actions, int64_t t, int64_t n) {
+  if (!l.categorical()) return;
+  const int64_t act = static_cast<const int64_t*>(actions)[l.index(t, n)];
+  if (act < 0 || act >= l.args.num_actions) {
+    throw std::invalid_argument("action " + std::to_string(act) + " at step " +
+                                std::to_string(t) + ", column " + std::to_string(n) +
+                                " is outside [0, " + std::to_string(l.args.num_actions) + ")");
+  }
+}
+
+// Phase 1: log pi, entropy and the clipped importance ratios of every valid step.
+PolicyTerms policy_terms(const Layout& l, const float* behaviour, const void* actions,
+                         const uint8_t* mask) {
+  const ActorCriticArgs& a = l.args;
+  const int64_t steps = a.T * a.N;
+  PolicyTerms p;
+  p.logp_t.assign(steps, 0.0);
+  p.entropy_t.assign(steps, 0.0);
+  p.rho_t.assign(steps, 1.0);
+  p.c_t.assign(steps, 1.0);
+  p.rho_pg_t.assign(steps, 1.0);
+  for (int64_t t = 0; t < a.T; ++t) {
+    for (int64_t n = 0; n < a.N; ++n) {
+      const int64_t i = l.index(t, n);
       if (!mask[i]) continue;
-      const float* o = row(out, t, n);
-      StepPolicy pi;
-      if (cat) {
-        const int64_t act = act_i[i];
-        if (act < 0 || act >= A) {
-          throw std::invalid_argument("action " + std::to_string(act) + " at step " +
-                                      std::to_string(t) + ", column " + std::to_string(n) +
-                                      " is outside [0, " + std::to_string(A) + ")");
-        }
-        pi = categorical(o + a.policy_begin, A, act);
-      } else {
-        pi = gaussian(o + a.policy_begin, o + a.log_std_begin, A, act_f + i * A);
-      }
-      ent[i] = pi.entropy;
+      check_action(l, actions, t, n);
+      const StepPolicy pi = step_policy(l, l.row(l.out, t, n), actions, i);
+      p.logp_t[i] = pi.logp;
+      p.entropy_t[i] = pi.entropy;
       if (a.importance_weighting) {
-        const float* b = row(behaviour, t, n);
-        const StepPolicy mu = cat ? categorical(b + a.policy_begin, A, act_i[i])
-                                  : gaussian(b + a.policy_begin, b + a.log_std_begin, A,
-                                             act_f + i * A);
+        const StepPolicy mu = step_policy(l, l.row(behaviour, t, n), actions, i);
         const double ratio = std::exp(pi.logp - mu.logp);
-        rho[i] = std::min(a.rho_bar, ratio);
-        c[i] = std::min(a.c_bar, ratio);
-        rho_pg[i] = std::min(a.pg_rho_bar, ratio);
-        clipped += ratio > a.rho_bar;
+        p.rho_t[i] = std::min(a.rho_bar, ratio);
+        p.c_t[i] = std::min(a.c_bar, ratio);
+        p.rho_pg_t[i] = std::min(a.pg_rho_bar, ratio);
+        p.clipped += ratio > a.rho_bar;
       }
-      m.valid_steps += 1;
+      p.valid_steps += 1;
     }
   }
+  return p;
+}
 
-  // Targets, last step first: vs (value targets) and A (policy-gradient advantages).
-  std::vector<double> vs(T * N), adv(T * N, 0.0);
-  for (int64_t n = 0; n < N; ++n) {
-    double vs_next = V(T, n);
-    for (int64_t t = T - 1; t >= 0; --t) {
-      const int64_t i = t * N + n;
-      const double v_t = V(t, n), v_next = V(t + 1, n);
+// Phase 2: V-trace targets vs_t and advantages A_t, last step first (see losses.h).
+Targets targets(const Layout& l, const PolicyTerms& p, const float* r_t,
+                const uint8_t* terminated, const uint8_t* truncated, const uint8_t* mask) {
+  const ActorCriticArgs& a = l.args;
+  Targets g;
+  g.vs_t.assign(a.T * a.N, 0.0);
+  g.adv_t.assign(a.T * a.N, 0.0);
+  for (int64_t n = 0; n < a.N; ++n) {
+    double vs_tp1 = l.value(a.T, n);
+    for (int64_t t = a.T - 1; t >= 0; --t) {
+      const int64_t i = l.index(t, n);
+      const double v_t = l.value(t, n), v_tp1 = l.value(t + 1, n);
       if (!mask[i]) {
-        vs[i] = v_t;  // never read: the step before an autoreset step ends its episode
-        vs_next = v_t;
+        g.vs_t[i] = v_t;  // never read: the step before an autoreset step ends its episode
+        vs_tp1 = v_t;
         continue;
       }
       const bool done = terminated[i] || truncated[i];
       const double gb = terminated[i] ? 0.0 : a.gamma;
       const double gt = done ? 0.0 : a.gamma;
-      const double delta = rho[i] * (rewards[i] + gb * v_next - v_t);
-      vs[i] = v_t + delta + gt * c[i] * (vs_next - v_next);
-      const double boot = done ? v_next : vs_next;
-      adv[i] = rho_pg[i] * (rewards[i] + gb * boot - v_t);
-      vs_next = vs[i];
+      const double delta_t = p.rho_t[i] * (r_t[i] + gb * v_tp1 - v_t);
+      g.vs_t[i] = v_t + delta_t + gt * p.c_t[i] * (vs_tp1 - v_tp1);
+      const double vnext_t = done ? v_tp1 : vs_tp1;
+      g.adv_t[i] = p.rho_pg_t[i] * (r_t[i] + gb * vnext_t - v_t);
+      vs_tp1 = g.vs_t[i];
     }
   }
+  return g;
+}
 
-  // Gradients w.r.t. the outputs, averaged over valid steps.
-  std::memset(dout, 0, sizeof(float) * (T + 1) * N * O);
-  const double scale = m.valid_steps > 0 ? 1.0 / static_cast<double>(m.valid_steps) : 0.0;
-  std::vector<double> p(cat ? A : 0);
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t i = t * N + n;
+// d(-adv_t log p_a - entropy_coef H)/dlogit_j over the `num_actions` logits at `logits`.
+// `probs`: scratch of num_actions doubles.
+void categorical_grad(const ActorCriticArgs& a, const float* logits, int64_t action,
+                      double adv_t, double entropy_t, double scale, double* probs, float* d) {
+  const int64_t n = a.num_actions;
+  double mx = logits[0];
+  for (int64_t j = 1; j < n; ++j) mx = std::max(mx, static_cast<double>(logits[j]));
+  double z = 0;
+  for (int64_t j = 0; j < n; ++j) z += (probs[j] = std::exp(logits[j] - mx));
+  for (int64_t j = 0; j < n; ++j) {
+    probs[j] /= z;
+    const double onehot = j == action ? 1.0 : 0.0;
+    // d(-A log p_a)/dlogit_j = -A (1[j=a] - p_j);  d(-c H)/dlogit_j = c p_j (log p_j + H)
+    const double g =
+        -adv_t * (onehot - probs[j]) + a.entropy_coef * probs[j] * (std::log(probs[j]) + entropy_t);
+    d[a.policy_begin + j] = static_cast<float>(g * scale);
+  }
+}
+
+// The same for a diagonal Gaussian: gradients w.r.t. its means and log-stds.
+void gaussian_grad(const ActorCriticArgs& a, const float* row, const float* act, double adv_t,
+                   double scale, float* d) {
+  const float* mean = row + a.policy_begin;
+  const float* log_std = row + a.log_std_begin;
+  for (int64_t k = 0; k < a.num_actions; ++k) {
+    const double inv_var = std::exp(-2.0 * log_std[k]);
+    const double diff = act[k] - mean[k];
+    // d log pi / d mean = (a - mean) / var;  d log pi / d log_std = (a - mean)^2 / var - 1
+    d[a.policy_begin + k] = static_cast<float>(-adv_t * diff * inv_var * scale);
+    const double g = -adv_t * (diff * diff * inv_var - 1.0) - a.entropy_coef;
+    d[a.log_std_begin + k] = static_cast<float>(g * scale);
+  }
+}
+
+// Phase 3: the gradient of the mean loss w.r.t. every output (zero on rows without loss).
+void output_gradients(const Layout& l, const PolicyTerms& p, const Targets& g,
+                      const void* actions, const uint8_t* mask, float* dout) {
+  const ActorCriticArgs& a = l.args;
+  std::memset(dout, 0, sizeof(float) * (a.T + 1) * a.N * a.O);
+  const double scale = p.valid_steps > 0 ? 1.0 / static_cast<double>(p.valid_steps) : 0.0;
+  std::vector<double> probs(l.categorical() ? a.num_actions : 0);
+  for (int64_t t = 0; t < a.T; ++t) {
+    for (int64_t n = 0; n < a.N; ++n) {
+      const int64_t i = l.index(t, n);
       if (!mask[i]) continue;
-      const float* o = row(out, t, n);
-      float* d = dout + (t * N + n) * O;
-      const double v_t = V(t, n);
-      const double A_t = adv[i];
-      d[a.value_col] = static_cast<float>(-a.value_coef * (vs[i] - v_t) * scale);
-      if (cat) {
-        const float* lg = o + a.policy_begin;
-        double mx = lg[0];
-        for (int64_t j = 1; j < A; ++j) mx = std::max(mx, static_cast<double>(lg[j]));
-        double z = 0;
-        for (int64_t j = 0; j < A; ++j) z += (p[j] = std::exp(lg[j] - mx));
-        const double H = ent[i];
-        for (int64_t j = 0; j < A; ++j) {
-          p[j] /= z;
-          const double onehot = j == act_i[i] ? 1.0 : 0.0;
-          // d(-A log p_a)/dlogit_j = -A (1[j=a] - p_j);  d(-c H)/dlogit_j = c p_j (log p_j + H)
-          const double g = -A_t * (onehot - p[j]) + a.entropy_coef * p[j] * (std::log(p[j]) + H);
-          d[a.policy_begin + j] = static_cast<float>(g * scale);
-        }
+      const float* o = l.row(l.out, t, n);
+      float* d = dout + i * a.O;
+      d[a.value_col] = static_cast<float>(-a.value_coef * (g.vs_t[i] - l.value(t, n)) * scale);
+      if (l.categorical()) {
+        const int64_t action = static_cast<const int64_t*>(actions)[i];
+        categorical_grad(a, o + a.policy_begin, action, g.adv_t[i], p.entropy_t[i], scale,
+                         probs.data(), d);
       } else {
-        const float* mean = o + a.policy_begin;
-        const float* log_std = o + a.log_std_begin;
-        const float* act = act_f + i * A;
-        for (int64_t k = 0; k < A; ++k) {
-          const double inv_var = std::exp(-2.0 * log_std[k]);
-          const double diff = act[k] - mean[k];
-          // d log pi / d mean = (a - mean) / var;  d log pi / d log_std = (a - mean)^2 / var - 1
-          d[a.policy_begin + k] = static_cast<float>(-A_t * diff * inv_var * scale);
-          const double g = -A_t * (diff * diff * inv_var - 1.0) - a.entropy_coef;
-          d[a.log_std_begin + k] = static_cast<float>(g * scale);
-        }
+        const float* act = static_cast<const float*>(actions) + i * a.num_actions;
+        gaussian_grad(a, o, act, g.adv_t[i], scale, d);
       }
-      const double logp = cat ? categorical(o + a.policy_begin, A, act_i[i]).logp
-                              : gaussian(o + a.policy_begin, o + a.log_std_begin, A, act_f + i * A).logp;
-      m.policy_loss += -A_t * logp;
-      m.value_loss += 0.5 * (vs[i] - v_t) * (vs[i] - v_t);
-      m.entropy += ent[i];
-      m.mean_rho += rho[i];
-      m.mean_advantage += A_t;
+    }
+  }
+}
+
+// Phase 4: the loss and its parts, as means over valid steps.
+ActorCriticMetrics metrics(const Layout& l, const PolicyTerms& p, const Targets& g,
+                           const uint8_t* mask) {
+  const ActorCriticArgs& a = l.args;
+  ActorCriticMetrics m;
+  m.valid_steps = p.valid_steps;
+  for (int64_t t = 0; t < a.T; ++t) {
+    for (int64_t n = 0; n < a.N; ++n) {
+      const int64_t i = l.index(t, n);
+      if (!mask[i]) continue;
+      const double v_t = l.value(t, n);
+      m.policy_loss += -g.adv_t[i] * p.logp_t[i];
+      m.value_loss += 0.5 * (g.vs_t[i] - v_t) * (g.vs_t[i] - v_t);
+      m.entropy += p.entropy_t[i];
+      m.mean_rho += p.rho_t[i];
+      m.mean_advantage += g.adv_t[i];
       m.mean_value += v_t;
     }
   }
+  const double scale = p.valid_steps > 0 ? 1.0 / static_cast<double>(p.valid_steps) : 0.0;
   for (double* x : {&m.policy_loss, &m.value_loss, &m.entropy, &m.mean_rho, &m.mean_advantage,
                     &m.mean_value}) {
     *x *= scale;
   }
-  m.rho_clipped_fraction = static_cast<double>(clipped) * scale;
+  m.rho_clipped_fraction = static_cast<double>(p.clipped) * scale;
   m.loss = m.policy_loss + a.value_coef * m.value_loss - a.entropy_coef * m.entropy;
   return m;
+}
+
+}  // namespace
+
+ActorCriticMetrics actor_critic_loss(const ActorCriticArgs& args, const float* out,
+                                     const float* behaviour, const void* actions,
+                                     const float* rewards, const uint8_t* terminated,
+                                     const uint8_t* truncated, const uint8_t* mask, float* dout) {
+  check(args);
+  const Layout layout{args, out};
+  const PolicyTerms terms = policy_terms(layout, behaviour, actions, mask);
+  const Targets targets_t = targets(layout, terms, rewards, terminated, truncated, mask);
+  output_gradients(layout, terms, targets_t, actions, mask, dout);
+  return metrics(layout, terms, targets_t, mask);
 }
 
 }  // namespace rlpar::losses
