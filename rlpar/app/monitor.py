@@ -4,7 +4,7 @@ summaries. The x-axis of every curve is env steps.
 
 ::
 
-    monitor = TensorBoardMonitor(run_dir, runner, config, hparams=...)
+    monitor = TensorBoardMonitor(run_dir, runner, config)
     monitor.start()                         # the config as text, the hparams
     runner.run(on_progress=monitor.update)  # scalars, histograms when they are due
     monitor.finish(result)                  # last point, histograms, the final return

@@ -30,7 +30,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -119,8 +118,9 @@ struct WorkspaceStats {
 class Workspace;
 class WorkspacePool;
 
-// Activations of one forward_train call, kept for backward. Move-only; gives its workspace back
-// to the pool when destroyed. Must not outlive nothing: it shares ownership of the pool.
+// Activations of one forward_train call, kept for backward. Neither copied nor moved (it is held
+// by pointer); gives its workspace back to the pool when destroyed. It shares ownership of the
+// pool, so it may outlive the Net that made it.
 class Tape {
  public:
   Tape(std::shared_ptr<WorkspacePool> pool, std::unique_ptr<Workspace> ws, int64_t batch);
