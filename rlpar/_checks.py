@@ -29,6 +29,7 @@ def check_int(
     TypeError (not an integer) or ``error`` (out of range), naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise TypeError(f"{name}: expected an integer, got {type(value).__name__} {value!r}")
+    value = int(value)
     low = minimum is None or value >= minimum
     high = maximum is None or value <= maximum
     if not (low and high):

@@ -251,7 +251,7 @@ def _encode(ckpt: Checkpoint) -> bytes:
             arrays[f"optimizer/{name}"] = value
         else:
             scalars[name] = value.item() if isinstance(value, np.generic) else value
-    meta = {
+    meta: dict[str, Any] = {
         "arrays": list(arrays),
         "optimizer_scalars": scalars,
         "counters": {str(k): int(v) for k, v in ckpt.counters.items()},
@@ -274,7 +274,7 @@ def _encode(ckpt: Checkpoint) -> bytes:
     return prefix + _digest(prefix, meta_bytes, array_bytes) + meta_bytes + array_bytes
 
 
-def _digest(*parts: bytes) -> bytes:
+def _digest(*parts: bytes | memoryview) -> bytes:
     h = hashlib.sha256()
     for part in parts:
         h.update(part)

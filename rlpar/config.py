@@ -80,7 +80,7 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
         if not isinstance(value, str):
             raise ConfigError(f"{key}: expected a string, got {value!r}")
         return value
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
         if not isinstance(value, dict):
@@ -92,7 +92,7 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
 def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     """Build dataclass ``cls`` from ``data``; unknown keys and bad values raise ConfigError."""
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    names = [f.name for f in dataclasses.fields(typing.cast(Any, cls)) if f.init]
     for key in data:
         if key not in names:
             hint = did_you_mean(key, names, prefix)

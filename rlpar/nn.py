@@ -249,7 +249,8 @@ def mlp_spec(
     activation: Literal["tanh", "relu"] = "tanh",
 ) -> NetSpec:
     """An MLP torso ``obs_dim -> hidden... `` with the given heads."""
-    act = {"tanh": Tanh, "relu": ReLU}[activation]
+    activations: dict[str, type[Tanh] | type[ReLU]] = {"tanh": Tanh, "relu": ReLU}
+    act = activations[activation]
     layers: list[Layer] = []
     for h in hidden:
         layers += [Linear(h), act()]
@@ -353,6 +354,28 @@ class Net(_native.Net):
         for name, _head, b, n in self.outputs:
             parts[name] = out[:, b] if name == "value" else out[:, b : b + n]
         return parts
+
+    def join(self, parts: dict[str, np.ndarray]) -> np.ndarray:
+        """The inverse of `split`: a float32 ``[B, output_size]`` array with each named part
+        in its columns and zeros elsewhere, e.g. an output gradient for `backward` built head
+        by head (``net.join({"logits": dlogits, "value": dvalue})``). Parts are ``[B, n]``
+        (``value``: ``[B]``); unknown names or shapes that do not fit raise ValueError."""
+        layout = {name: (b, n) for name, _head, b, n in self.outputs}
+        unknown = sorted(set(parts) - set(layout))
+        if unknown:
+            raise ValueError(f"join: unknown output {unknown[0]!r}; outputs: {', '.join(layout)}")
+        if not parts:
+            raise ValueError(f"join: expected at least one of the outputs {', '.join(layout)}")
+        batch = len(next(iter(parts.values())))
+        out = np.zeros((batch, self.output_size), np.float32)
+        for name, part in parts.items():
+            b, n = layout[name]
+            want = (batch,) if name == "value" else (batch, n)
+            got = np.shape(part)
+            if got != want:
+                raise ValueError(f"join: {name} must have shape {list(want)}, got {list(got)}")
+            out[:, b : b + n] = np.reshape(part, (batch, n))
+        return out
 
     def param_views(self, params: np.ndarray) -> dict[str, np.ndarray]:
         """Read-only named views (e.g. ``layers.0.weight`` ``[in, out]``) into a flat vector."""

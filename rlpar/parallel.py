@@ -8,6 +8,7 @@ in parallel; the Python between the native calls is what the threads take turns 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import queue
 import threading
@@ -76,7 +77,7 @@ class ShardPool:
                     done.notify()
 
         for i in range(1, n):
-            self._tasks.put(lambda i=i: run(i))
+            self._tasks.put(functools.partial(run, i))
         if n:
             run(0)  # the caller's share; helpers take the rest (or the caller waits for them)
             with done:

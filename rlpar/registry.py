@@ -118,5 +118,5 @@ def make_agent(name: str, params: dict[str, Any] | None = None) -> Agent:
             f"unknown agent {name!r}{did_you_mean(name, known)}; registered agents: "
             f"{', '.join(known)}"
         )
-    config = from_dict(entry.config, dict(params or {}), prefix="agent.")
+    config: Any = from_dict(entry.config, dict(params or {}), prefix="agent.")
     return entry.factory(config)

@@ -218,7 +218,7 @@ def _accepts_none(tp: Any) -> bool:
     return origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
 
 
-def _nones(cls: type, table: dict[str, Any]) -> dict[str, Any]:
+def _nones(cls: Any, table: dict[str, Any]) -> dict[str, Any]:
     """``table`` with ``"none"`` replaced by None where ``cls``'s field is optional (TOML has no
     null), recursively into nested config tables."""
     hints = typing.get_type_hints(cls)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -238,8 +239,8 @@ class TensorBoardMonitor:
         values: dict[str, float] = {}
         if p.mean_return is not None:
             values["return/mean"] = p.mean_return
-            values["return/min"] = p.min_return
-            values["return/max"] = p.max_return
+            values["return/min"] = typing.cast(float, p.min_return)  # set with the mean
+            values["return/max"] = typing.cast(float, p.max_return)
         if p.mean_length is not None:
             values["episode/length"] = p.mean_length
         values["episode/count"] = p.episodes

@@ -10,6 +10,7 @@ a test keeps them in sync. After changing a config field or a tag, regenerate th
 from __future__ import annotations
 
 import ast
+import builtins
 import dataclasses
 import inspect
 import itertools
@@ -46,7 +47,7 @@ class FieldDoc:
     type: str
     default: Any
     doc: str
-    table: type | None = None
+    table: builtins.type | None = None  # `type` is a field here
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -78,10 +79,10 @@ def type_name(tp: Any) -> str:
         names = [type_name(a) for a in args if a is not type(None)]
         return " or ".join(names + (["none"] if type(None) in args else []))
     if origin in (list, tuple):
-        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
-        if origin is tuple and len(args) > 1 and Ellipsis not in typing.get_args(tp):
-            return "[" + ", ".join(type_name(a) for a in args) + "]"
-        return f"list of {type_name(args[0])}" if args else "list"
+        items = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        if origin is tuple and len(items) > 1 and Ellipsis not in typing.get_args(tp):
+            return "[" + ", ".join(type_name(a) for a in items) + "]"
+        return f"list of {type_name(items[0])}" if items else "list"
     if origin is dict or tp is dict or dataclasses.is_dataclass(tp):
         return "table"
     return {str: "string", bool: "bool", int: "int", float: "float"}.get(tp, str(tp))
@@ -102,7 +103,7 @@ def describe(cls: type) -> list[FieldDoc]:
         else:
             default = dataclasses.MISSING
         tp = hints[f.name]
-        nested = tp if dataclasses.is_dataclass(tp) else None
+        nested = tp if isinstance(tp, type) and dataclasses.is_dataclass(tp) else None
         out.append(FieldDoc(f.name, type_name(tp), default, docs.get(f.name, ""), nested))
     return out
 
@@ -155,9 +156,9 @@ def config_reference() -> str:
         for r in rows:
             if r.table is not None:
                 nested.setdefault(r.table, (r.name, []))[1].append(name)
-    for cls, (key, users) in nested.items():
-        intro = f"{_first_line(cls)} In {', '.join(users)}."
-        lines += _table_md(f"[agent.{key}]", intro, describe(cls))
+    for table, (key, users) in nested.items():
+        intro = f"{_first_line(table)} In {', '.join(users)}."
+        lines += _table_md(f"[agent.{key}]", intro, describe(table))
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -238,9 +239,11 @@ def render_readme(text: str) -> str:
         pattern = re.compile(rf"(<!-- {name}:begin -->\n).*?(<!-- {name}:end -->)", re.S)
         if not pattern.search(text):
             raise ValueError(f"the README has no <!-- {name}:begin/end --> markers")
-        text = pattern.sub(
-            lambda m, make=make: m.group(1) + "\n" + make() + "\n" + m.group(2), text
-        )
+
+        def replace(m: re.Match[str], body: str = make()) -> str:
+            return m.group(1) + "\n" + body + "\n" + m.group(2)
+
+        text = pattern.sub(replace, text)
     return text
 
 

@@ -21,7 +21,12 @@ from rlpar.runtime import Progress, Runner
 
 __all__ = ["bench_ray"]
 
-SETTINGS = {"num_actors": 2, "envs_per_actor": 16, "unroll_length": 8, "batch_rollouts": 1}
+SETTINGS: dict[str, Any] = {
+    "num_actors": 2,
+    "envs_per_actor": 16,
+    "unroll_length": 8,
+    "batch_rollouts": 1,
+}
 
 
 def _measure(backend: str, seconds: float) -> dict[str, float]:

@@ -16,7 +16,7 @@ import importlib
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 __all__ = [
@@ -42,7 +42,7 @@ def cpus() -> int:
     return os.cpu_count() or 1
 
 
-def medians(configs: dict[Any, Callable[[], Any]], repeats: int) -> dict[Any, Any]:
+def medians(configs: Mapping[Any, Callable[..., Any]], repeats: int) -> dict[Any, Any]:
     """Run each configuration once per round for ``repeats`` rounds; the median of each (per
     key when a measurement returns a dict of figures)."""
     runs: dict[Any, list] = {key: [] for key in configs}

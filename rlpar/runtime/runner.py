@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from rlpar.runtime.common import ActorHandle, EpisodeLog
 from rlpar.runtime.envs import make_actor_envs
 from rlpar.runtime.learner import Learner, VersionClock
 from rlpar.snapshot import SnapshotStore
+
+if TYPE_CHECKING:
+    from rlpar.runtime.ray_backend import RayActors
 
 __all__ = ["Progress", "RunResult", "Runner"]
 
@@ -112,7 +115,7 @@ class Runner:
         self.keep_checkpoints = keep_checkpoints
         self._threads: list[threading.Thread] = []
         self._envs: list[Any] = []
-        self.ray = None  # the Ray actor processes (backend "ray"), see rlpar/runtime/ray_backend.py
+        self.ray: RayActors | None = None  # backend "ray": its actor processes
 
         resumed = load_checkpoint(resume) if resume is not None else None
         self._generation = int(resumed.counters.get("generation", 0)) + 1 if resumed else 0
@@ -149,15 +152,14 @@ class Runner:
         self.state: LearnerState = agent.init_state(self.net, self.net.init_params(seed=cfg.seed))
         if resumed is not None:
             self._restore(resumed, resume)
-        # Each actor pins at most one snapshot at a time; +2 so no publish is ever skipped.
+        # One pin per actor and one for the monitor (histograms); +2: no publish is skipped.
         self.store = SnapshotStore(self.net.num_params, num_slots=min(255, cfg.num_actors + 3))
         self.store.publish(self.state.params, version=self.state.steps + 1)
+        self.actors: list[ActorHandle] = []
         if self.ray is not None:
-            self.actors: list[ActorHandle] = self.ray.start(
-                agent, self.net, self.store, self._generation
-            )
+            self.actors.extend(self.ray.start(agent, self.net, self.store, self._generation))
             return
-        self.actors = [
+        self.actors.extend(
             Actor(
                 i,
                 envs=envs,
@@ -170,7 +172,7 @@ class Runner:
                 generation=self._generation,
             )
             for i, envs in enumerate(self._envs)
-        ]
+        )
 
     def _restore_rng_states(self, resumed: Checkpoint) -> None:
         numpy_states = resumed.rng_states.get("actors", [])
@@ -387,8 +389,10 @@ class Runner:
         for actor in self.actors:
             if cfg.deterministic:
 
-                def wait(v: int, first: int = first) -> bool:
+                def wait_for(v: int, first: int = first) -> bool:
                     return self.clock.wait_for(first + v - 1, self.stop)
+
+                wait: Callable[[int], bool] | None = wait_for
             else:
                 wait = None
             body = _bind(actor.run, self.stop, self.queue, self.episodes, wait, per_version)
