@@ -156,7 +156,8 @@ class EnvConfig:
     """Keyword arguments for the env's constructor."""
     setup: str | None = None
     """Run first, to register the id: "module" (imported) or "module:function" (called), e.g.
-    "minatar.gym:register_envs"."""
+    "minatar.gym:register_envs". `rlpar eval` runs a checkpoint's hook only with your word
+    (`--set env.setup=...` or `--trust-checkpoint-setup`)."""
 
     def __post_init__(self) -> None:
         check_field_types(self)

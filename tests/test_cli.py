@@ -85,7 +85,18 @@ def trained(tmp_path_factory) -> dict:
     [
         ([], ["train", "eval", "agents", "bench"]),
         (["train"], ["CONFIG.toml", "--set", "--logdir", "--json", "--quiet", "--resume"]),
-        (["eval"], ["CHECKPOINT", "--episodes", "--greedy", "--sample", "--json", "--set"]),
+        (
+            ["eval"],
+            [
+                "CHECKPOINT",
+                "--episodes",
+                "--greedy",
+                "--sample",
+                "--json",
+                "--set",
+                "--trust-checkpoint-setup",
+            ],
+        ),
         (["agents"], ["--json"]),
     ],
 )

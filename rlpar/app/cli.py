@@ -257,7 +257,8 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--resume",
         metavar="CHECKPOINT",
-        help="continue from this checkpoint (parameters, optimizer, counters, RNG states)",
+        help="continue from this checkpoint (parameters, optimizer, counters, RNG states; "
+        "the env and agent come from CONFIG.toml, never from the checkpoint)",
     )
     p.add_argument(
         "--json",
@@ -337,7 +338,10 @@ def _add_eval(commands: argparse._SubParsersAction) -> None:
         description="Rebuild the env, agent and net from the config inside CHECKPOINT, load "
         "its parameters and play N whole episodes; print the mean ± std of the return. "
         "CHECKPOINT is a .rlpar file, or a run directory (its newest checkpoint). A missing, "
-        "damaged or mismatched checkpoint is an error (exit status 1).",
+        "damaged or mismatched checkpoint is an error (exit status 1). A checkpoint is data: "
+        "an env.setup hook it names (a module to import) runs only if you allow it with "
+        "--set env.setup=... or --trust-checkpoint-setup; for a run directory, the hook in "
+        "its config.toml (your run's experiment file) is used.",
         epilog="example: rlpar eval runs/cartpole_impala/<timestamp>/checkpoints/"
         "ckpt-000000001234.rlpar --episodes 20",
     )
@@ -361,6 +365,13 @@ def _add_eval(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seeds the envs and the sampler")
     _set_option(p)
     p.add_argument(
+        "--trust-checkpoint-setup",
+        action="store_true",
+        help="run the env.setup hook named inside the checkpoint (it imports a module and may "
+        "call a function in it; what it runs is printed first). Without this, a hook comes "
+        "only from you: --set env.setup=... or a run directory's config.toml",
+    )
+    p.add_argument(
         "--json", action="store_true", help="print one JSON object on the last line of stdout"
     )
     p.set_defaults(run=_run_eval)
@@ -374,7 +385,12 @@ def _run_eval(args: argparse.Namespace) -> int:
         return _error("eval", f"--episodes: expected an integer >= 1, got {args.episodes}", 2)
     try:
         result = evaluate(
-            args.checkpoint, args.episodes, args.greedy, args.overrides, seed=args.seed
+            args.checkpoint,
+            args.episodes,
+            args.greedy,
+            args.overrides,
+            seed=args.seed,
+            trust_setup=args.trust_checkpoint_setup,
         )
     except (ValueError, OSError) as e:
         return _error("eval", e, 1)

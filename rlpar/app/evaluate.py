@@ -1,7 +1,9 @@
 """``rlpar eval``: play whole episodes with a checkpoint's policy.
 
 The env, agent and net are rebuilt from the config the checkpoint carries (``--set`` overrides
-apply to it), so a checkpoint is all it takes. Each of K envs plays a fixed quota of episodes
+apply to it), so a checkpoint is all it takes; the code that config may select is limited by
+`rlpar.app.trust` (a checkpoint is data: its ``env.setup`` hook runs only with the user's
+word). Each of K envs plays a fixed quota of episodes
 (N split evenly, decided up front), so short episodes are not favoured the way "the first N to
 finish" would favour them.
 """
@@ -14,10 +16,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
-from rlpar.app.experiment import apply_overrides, experiment_from_dict
+from rlpar.app.experiment import experiment_from_dict
 from rlpar.app.train import load_env_plugins
+from rlpar.app.trust import checkpoint_config
 from rlpar.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, net_signature
 from rlpar.config import ConfigError
 from rlpar.nn import Net
@@ -58,25 +62,41 @@ def evaluate(
     overrides: Iterable[str] = (),
     seed: int = 0,
     max_envs: int = 16,
+    trust_setup: bool = False,
 ) -> EvalResult:
     """Play ``episodes`` episodes with the parameters of ``checkpoint`` (a checkpoint file, or
     a run or checkpoints directory: its newest checkpoint), greedily (falling back to
     sampling, with a warning, for an agent without `Agent.greedy`) or sampled.
 
+    The checkpoint's ``env.setup`` hook, where its env id needs one, runs only when the user
+    vouches for it: an ``env.setup=...`` override, ``trust_setup=True`` (the checkpoint's own
+    hook, logged before it runs), or, when ``checkpoint`` is a run directory, the hook of the
+    ``config.toml`` that run wrote.
+
     Raises `CheckpointError` for a missing or damaged file, a checkpoint whose config cannot
-    rebuild the run, or one whose parameters do not fit the net that config builds.
+    rebuild the run (including a hook nobody vouched for), or one whose parameters do not fit
+    the net that config builds.
     """
     if episodes < 1:
         raise ValueError(f"episodes: expected an integer >= 1, got {episodes}")
     path = find_checkpoint(checkpoint)
+    run_file = Path(checkpoint) / "config.toml"
     ckpt = load_checkpoint(path)
+    load_env_plugins()
     try:
-        exp = experiment_from_dict(apply_overrides(ckpt.config, overrides))
+        config = checkpoint_config(
+            ckpt.config, path, overrides, trust_setup, run_file if run_file.is_file() else None
+        )
+        exp = experiment_from_dict(config)
     except ConfigError as e:
         raise CheckpointError(f"{path}: its config cannot rebuild the run: {e}") from None
-    load_env_plugins()
     agent = exp.make_agent()
-    envs = make_actor_envs(exp.env, min(episodes, max_envs))
+    try:
+        envs = make_actor_envs(exp.env, min(episodes, max_envs))
+    except (TypeError, gym.error.Error) as e:  # the env's or make_vec's view of env.kwargs
+        raise CheckpointError(
+            f"{path}: env {exp.env.id!r} cannot be built with env.kwargs {exp.env.kwargs}: {e}"
+        ) from None
     try:
         net = Net(agent.net_spec(envs.single_observation_space, envs.single_action_space))
         params = load_checkpoint(path, expected_signature=net_signature(net)).params
