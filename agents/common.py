@@ -4,6 +4,7 @@ native actor-critic loss. Written against the public `rlpar` API only."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -51,7 +52,8 @@ def actor_critic_spec(
         raise ValueError(f"unsupported observation space {obs_space}: expected a Box")
     shape = tuple(int(d) for d in obs_space.shape)
     if len(shape) == 1:
-        return rlpar.mlp_spec(shape[0], heads, hidden=cfg.hidden, activation=cfg.activation)
+        activation: Literal["tanh", "relu"] = "tanh" if cfg.activation == "tanh" else "relu"
+        return rlpar.mlp_spec(shape[0], heads, hidden=cfg.hidden, activation=activation)
     if len(shape) == 3:
         layers: list = []
         for oc, k, s in cfg.conv:
@@ -74,7 +76,7 @@ def actor_critic_spec(
 class PolicyLayout:
     """Where the policy and value live in the net's output row."""
 
-    kind: str
+    kind: Literal["categorical", "gaussian"]
     begin: int
     num_actions: int
     log_std_begin: int
@@ -145,7 +147,7 @@ def actor_critic_step(
     optim: OptimConfig,
     reward_scale: float,
     scratch: dict[int, list[np.ndarray]] | None = None,
-    **loss_args: float | bool,
+    **loss_args: Any,
 ) -> dict[str, float]:
     """forward [T+1, N] -> native loss -> backward -> clip -> optimizer; all GIL-free.
 
@@ -183,7 +185,7 @@ def _forward_loss(
     batch: rlpar.Batch,
     layout: PolicyLayout,
     reward_scale: float,
-    loss_args: dict[str, float | bool],
+    loss_args: dict[str, Any],
 ) -> tuple[np.ndarray, rlpar.Tape, np.ndarray, dict[str, float]]:
     """Outputs [(T+1) N, O], their tape (the caller releases it), the loss gradient w.r.t. the
     outputs [T+1, N, O], and the loss metrics."""
@@ -219,7 +221,7 @@ def _sharded_grad(
     batch: rlpar.Batch,
     layout: PolicyLayout,
     reward_scale: float,
-    loss_args: dict[str, float | bool],
+    loss_args: dict[str, Any],
     pool: rlpar.ShardPool,
     scratch: dict[int, list[np.ndarray]],
 ) -> tuple[np.ndarray, dict[str, float]]:

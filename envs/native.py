@@ -52,6 +52,7 @@ _SEED_LIMIT = 2**64
 
 def _spaces(native: _native.VecEnv) -> tuple[spaces.Box, spaces.Discrete]:
     shape = tuple(native.obs_shape)
+    obs: spaces.Box
     if native.obs_dtype == np.uint8:
         obs = spaces.Box(0, 255, shape, np.uint8)
     else:
@@ -87,7 +88,7 @@ class NativeVectorEnv(VectorEnv):
     or an out-of-range value. ``native`` is the underlying ``rlpar._native.VecEnv``.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {
+    metadata: dict[str, Any] = {  # noqa: RUF012  (gymnasium reads it from the class)
         "autoreset_mode": AutoresetMode.NEXT_STEP,
         "render_modes": [],
     }
@@ -195,7 +196,7 @@ class NativeEnv(gym.Env):
     terminated, truncated=False, {}). Stepping on after an episode's end without ``reset`` is
     the native autoreset step (reward 0, the new episode's first observation)."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012  (read from the class)
     game: ClassVar[str] = ""
 
     def __init__(self, render_mode: str | None = None, game: str | None = None) -> None:

@@ -211,7 +211,7 @@ class RayActors:
         versions, four times over; at least 100 MiB."""
         obs_space, action_space = self.spaces
         t, k = self.cfg.unroll_length, self.cfg.envs_per_actor
-        obs = (t + 1) * k * int(np.prod(obs_space.shape)) * storage_dtype(obs_space).itemsize
+        obs = (t + 1) * k * int(np.prod(obs_space.shape or ())) * storage_dtype(obs_space).itemsize
         rollout = obs + t * k * (64 + 8 * int(np.prod(action_space.shape or (1,))))
         in_flight = self.cfg.num_actors * self.cfg.buffers_per_actor
         return max(100 << 20, 4 * in_flight * rollout)
@@ -406,7 +406,8 @@ class RemoteActor:
 
     def _count_times(self, reply: dict[str, Any]) -> None:
         """Stage times are the actor thread's, sent as running totals of its process."""
-        pid, env_s, inference_s, wait_s = reply["pid"], *reply["times"]
+        pid: int = reply["pid"]
+        env_s, inference_s, wait_s = (float(x) for x in reply["times"])
         seen = self._seen if self._seen[0] == pid else (pid, 0.0, 0.0, 0.0)
         s = self.stats
         s.env_s += env_s - seen[1]
@@ -543,7 +544,7 @@ def _original(e: Exception) -> BaseException:
     """The exception raised in the actor process (its type, with the remote traceback in the
     message), or Ray's error when there is none."""
     try:
-        return e.as_instanceof_cause()
+        return e.as_instanceof_cause()  # type: ignore[attr-defined]  # a RayTaskError's
     except Exception:
         return e
 
@@ -630,7 +631,7 @@ class ActorProcess:
                 rollouts.append(q.get_nowait())
             except queue.Empty:
                 break
-        reply = {
+        reply: dict[str, Any] = {
             "arrays": {n: np.stack([getattr(r, n) for r in rollouts]) for n in ARRAY_FIELDS},
             "versions": [r.version for r in rollouts],
             "seqs": [r.seq for r in rollouts],
