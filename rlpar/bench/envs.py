@@ -205,17 +205,25 @@ def actor_loop_workers(
     }
 
 
-def _actor_loop(budget: Budget) -> dict[str, dict[str, float]]:
-    kinds = ("python_env", "native_env", "native_fused")
-    workers = actor_loop_workers(kinds, THREADS)
+def actor_loop_rates(
+    kinds: Sequence[str], threads: Sequence[int], budget: Budget, repeats: int
+) -> dict[str, dict[str, float]]:
+    """``{kind: {threads: env steps/s}}``: each kind at each thread count, side by side,
+    medians of ``repeats`` rounds; the workers' envs are closed after."""
+    workers = actor_loop_workers(kinds, threads)
     configs = {key: (lambda ws=ws: loop_rate(ws, budget)) for key, ws in workers.items()}
     try:
-        med = medians(configs, budget.repeats)
+        med = medians(configs, repeats)
     finally:
         for ws in workers.values():
             for w in ws:
                 w.envs.close()
-    return {kind: {str(n): sig(med[kind, n]) for n in THREADS} for kind in kinds}
+    return {kind: {str(n): sig(med[kind, n]) for n in threads} for kind in kinds}
+
+
+def _actor_loop(budget: Budget) -> dict[str, dict[str, float]]:
+    kinds = ("python_env", "native_env", "native_fused")
+    return actor_loop_rates(kinds, THREADS, budget, budget.repeats)
 
 
 def bench_envs(quick: bool = False) -> dict[str, Any]:

@@ -39,7 +39,7 @@ import numpy as np
 
 import rlpar
 from rlpar import _native
-from rlpar.bench.envs import NUM_ENVS, UNROLL, actor_loop_workers, loop_rate
+from rlpar.bench.envs import NUM_ENVS, UNROLL, actor_loop_rates
 from rlpar.bench.envs import Budget as LoopBudget
 from rlpar.bench.net import forwards_per_second
 from rlpar.bench.runtime import runtime_rate
@@ -123,19 +123,10 @@ def _snapshot_pins(threads: Sequence[int], budget: Budget) -> dict[str, dict[str
 
 
 def _actor_loop(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, float]]:
-    kinds = ("python_env", "native_fused")
-    workers = actor_loop_workers(kinds, threads)
     loop_budget = LoopBudget(
         env_s=budget.seconds, loop_s=budget.seconds, warmup_s=budget.seconds / 3, repeats=1
     )
-    configs = {key: (lambda ws=ws: loop_rate(ws, loop_budget)) for key, ws in workers.items()}
-    try:
-        med = medians(configs, budget.repeats)
-    finally:
-        for ws in workers.values():
-            for w in ws:
-                w.envs.close()
-    return {kind: {str(n): sig(med[kind, n]) for n in threads} for kind in kinds}
+    return actor_loop_rates(("python_env", "native_fused"), threads, loop_budget, budget.repeats)
 
 
 def _synthetic_batch(
