@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -220,3 +221,13 @@ def test_a_checkout_without_the_compiled_core_says_what_to_run(tmp_path: Path) -
     assert proc.returncode != 0
     assert "rlpar._native" in proc.stderr and "pip install -e '.[dev]'" in proc.stderr
     assert "circular import" not in proc.stderr.splitlines()[-1].split("(", 1)[0]
+
+
+def test_the_readme_states_the_slot_range_the_store_enforces() -> None:
+    readme = (ROOT / "README.md").read_text()
+    low, high = map(int, re.search(r"`num_slots` is (\d+) to (\d+)", readme).groups())
+    rlpar.SnapshotStore(4, num_slots=low)
+    rlpar.SnapshotStore(4, num_slots=high)
+    for bad in (low - 1, high + 1):
+        with pytest.raises(ValueError, match="num_slots"):
+            rlpar.SnapshotStore(4, num_slots=bad)
