@@ -7,14 +7,16 @@ Public API (everything a user or a plug-in agent needs is importable from here):
 - optimizers: `SGD`, `RMSProp`, `Adam`, `clip_grad_norm`, `global_norm`;
 - parameter snapshots: `SnapshotStore`, `Snapshot`;
 - the agent seam and runtime: `Agent`, `LearnerState`, `Rollout`, `Batch`, `Runner`, `RunResult`,
-  `Progress`, configs `EnvConfig`, `RuntimeConfig`, losses `actor_critic_loss`, `ShardPool`
-  (the threads of a learner step split over column shards);
+  `Progress`, configs `EnvConfig`, `RuntimeConfig`, `EvalConfig`, losses `actor_critic_loss`,
+  `ShardPool` (the threads of a learner step split over column shards);
+- evaluation: `evaluate_policy` (play whole episodes with one parameter vector) and its
+  `Evaluation`; a run's final parameters are `Runner.params` after `Runner.run`;
 - plug-ins: `register_agent`, `make_agent`, `registered_agents`, `register_env`;
 - GIL policy: `gil_release_threshold`, `set_gil_release_threshold`.
 """
 
 from rlpar.agent import Agent, LearnerState
-from rlpar.config import ConfigError, EnvConfig, RuntimeConfig
+from rlpar.config import ConfigError, EnvConfig, EvalConfig, RuntimeConfig
 from rlpar.data import Batch, Rollout
 from rlpar.losses import actor_critic_loss
 from rlpar.nn import (
@@ -39,6 +41,7 @@ from rlpar.optim import SGD, Adam, Optimizer, RMSProp, clip_grad_norm, global_no
 from rlpar.parallel import ShardPool
 from rlpar.registry import make_agent, register_agent, register_env, registered_agents
 from rlpar.runtime import Progress, Runner, RunResult
+from rlpar.runtime.evaluation import Evaluation, evaluate_policy
 from rlpar.snapshot import Snapshot, SnapshotStore
 
 __version__ = "0.1.0"
@@ -52,6 +55,8 @@ __all__ = [
     "ConfigError",
     "Conv2d",
     "EnvConfig",
+    "EvalConfig",
+    "Evaluation",
     "Flatten",
     "Gaussian",
     "LearnerState",
@@ -77,6 +82,7 @@ __all__ = [
     "actor_critic_loss",
     "clip_grad_norm",
     "conv_spec",
+    "evaluate_policy",
     "gil_release_threshold",
     "global_norm",
     "make_agent",
