@@ -302,8 +302,14 @@ class EvalConfig:
     the ones that were evaluated. After a failed check the window must fill with
     `runtime.return_window` new episodes before the next one. false: the window alone stops
     the run."""
-    max_envs: int = 16
-    """Envs stepped together by one evaluation (at most one per episode)."""
+    check_return: float | None = None
+    """The evaluated mean return a `check_target` evaluation must reach (None: the target
+    return). Above the target it leaves a margin, so a policy that passes its check by luck
+    does not fall below the target on the fresh seeds of the final evaluation."""
+    max_envs: int = 100
+    """Envs stepped together by one evaluation (at most one per episode; each plays an equal
+    share, decided up front). Vectorized envs such as CartPole's step 100 copies about as fast
+    as 16, so 100 episodes take one episode's time."""
 
     def __post_init__(self) -> None:
         _check(self.episodes >= 0, "episodes", "an integer >= 0", self.episodes)

@@ -609,7 +609,7 @@ class Runner:
         )
         if e is None:  # stopping anyway
             return
-        passed = e.mean_return >= target
+        passed = e.mean_return >= (target if ecfg.check_return is None else ecfg.check_return)
         self.target_checks.append(
             TargetCheck(self.env_steps(), self.state.steps, window_mean, e.mean_return, passed)
         )
