@@ -199,3 +199,13 @@ def test_training_writes_the_final_evaluation_to_the_summary(tmp_path) -> None:
     assert all(e["episodes"] == 3 for e in summary["evaluation"])
     on_disk = json.loads((training.run_dir / "summary.json").read_text())
     assert on_disk["evaluation"] == summary["evaluation"]
+
+
+def test_deterministic_runs_with_evaluation_still_stop_at_their_step_budget() -> None:
+    cfg = small_runtime(deterministic=True, total_env_steps=600, batch_rollouts=2)
+    ev = EvalConfig(episodes=2, policies=["sampled"], interval_env_steps=200, interval_episodes=1)
+    runner = Runner(TinyAgent(), EnvConfig("CartPole-v1"), cfg, evaluation=ev)
+    result = runner.run()
+    assert result.stopped_by == "total_env_steps"
+    assert result.learner_steps == -(-600 // (2 * 5 * 3))
+    assert result.evaluation is not None and result.evaluation[0]["episodes"] == 2

@@ -661,15 +661,15 @@ class Runner:
             # the episode log only changes in learner steps, so the target check is exact too.
             if self._check_target(time.perf_counter()):
                 self.stop.set()
-        if self._check_requested.is_set():
-            self._check_requested.clear()
-            self._check_on_learner()
-            if self.stop.is_set():
-                return
             per_step = cfg.batch_rollouts * cfg.env_steps_per_rollout
             if self.state.steps >= -(-cfg.total_env_steps // per_step):
                 self._budget_spent.set()
                 self.stop.set()
+        if self._check_requested.is_set():  # eval.check_target: the window asked for a check
+            self._check_requested.clear()
+            self._check_on_learner()
+            if self.stop.is_set():
+                return
         interval = self.cfg.checkpoint_interval_s
         if interval is not None and time.perf_counter() - self._last_checkpoint >= interval:
             self._save_checkpoint()
