@@ -202,7 +202,8 @@ def test_training_writes_the_final_evaluation_to_the_summary(tmp_path) -> None:
 
 
 def test_deterministic_runs_with_evaluation_still_stop_at_their_step_budget() -> None:
-    cfg = small_runtime(deterministic=True, total_env_steps=600, batch_rollouts=2)
+    # max_wall_s: a run that ignored its budget would stop there and fail the asserts, not hang.
+    cfg = small_runtime(deterministic=True, total_env_steps=600, batch_rollouts=2, max_wall_s=60)
     ev = EvalConfig(episodes=2, policies=["sampled"], interval_env_steps=200, interval_episodes=1)
     runner = Runner(TinyAgent(), EnvConfig("CartPole-v1"), cfg, evaluation=ev)
     result = runner.run()
