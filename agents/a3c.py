@@ -32,6 +32,10 @@ class A3CConfig:
     """Weight of the value loss."""
     entropy_coef: float = 0.01
     """Weight of the entropy bonus."""
+    action_bound_cost: float = 1.0
+    """Gaussian policies with bounded actions: weight of a penalty on the squared distance of
+    the policy's mean beyond the bounds (actions are clipped to them for the env, so out there
+    the policy gradient has no signal and the mean drifts). 0: none."""
     net: NetConfig = field(default_factory=NetConfig)
     """The network torso."""
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -39,6 +43,10 @@ class A3CConfig:
 
     def __post_init__(self) -> None:
         rlpar.check_field_types(self)
+        if self.action_bound_cost < 0:
+            raise rlpar.ConfigError(
+                f"action_bound_cost: expected a number >= 0, got {self.action_bound_cost}"
+            )
         if not 0.0 <= self.gamma <= 1.0:
             raise rlpar.ConfigError(f"gamma: expected a number in [0, 1], got {self.gamma}")
 
@@ -58,6 +66,7 @@ class A3C(ActorCriticAgent):
             c.optim,
             c.reward_scale,
             self._grad_scratch,
+            action_bound_cost=c.action_bound_cost,
             gamma=c.gamma,
             importance_weighting=False,
             value_coef=c.value_coef,

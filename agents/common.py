@@ -74,13 +74,16 @@ def actor_critic_spec(
 
 @dataclass
 class PolicyLayout:
-    """Where the policy and value live in the net's output row."""
+    """Where the policy and value live in the net's output row (and, for a Gaussian policy,
+    the action bounds its mean is kept within by `bound_penalty`)."""
 
     kind: Literal["categorical", "gaussian"]
     begin: int
     num_actions: int
     log_std_begin: int
     value_col: int
+    low: np.ndarray | None = None
+    high: np.ndarray | None = None
 
     @classmethod
     def of(cls, net: rlpar.Net) -> PolicyLayout:
@@ -139,6 +142,27 @@ class OptimConfig:
         return rlpar.RMSProp(num_params, lr=self.lr, alpha=self.alpha, eps=self.eps)
 
 
+def bound_penalty(
+    mean: np.ndarray, mask: np.ndarray, low: np.ndarray, high: np.ndarray, cost: float
+) -> tuple[float, np.ndarray]:
+    """How far a Gaussian policy's mean [T, N, A] lies outside the action bounds [A]:
+    ``cost * sum_a max(0, |mean - centre| - half_width)^2``, averaged over the valid steps
+    (``mask`` [T, N]); returns (loss, its gradient w.r.t. ``mean``, float32 [T, N, A]).
+
+    Why: actions are clipped to the bounds on their way to the env, so where the mean is far
+    outside them every sample is clipped, the return no longer depends on the action, and the
+    policy gradient is noise there: the mean drifts with nothing pulling it back. This term
+    pulls it back to where actions matter."""
+    centre = (high + low) / 2
+    half = (high - low) / 2
+    offset = mean.astype(np.float64) - centre
+    excess = np.maximum(np.abs(offset) - half, 0.0) * mask[..., None]
+    valid = max(1.0, float(mask.sum()))
+    loss = cost * float((excess**2).sum()) / valid
+    grad = (2 * cost / valid) * excess * np.sign(offset)
+    return loss, grad.astype(np.float32)
+
+
 def actor_critic_step(
     net: rlpar.Net,
     state: rlpar.LearnerState,
@@ -147,10 +171,12 @@ def actor_critic_step(
     optim: OptimConfig,
     reward_scale: float,
     scratch: dict[int, list[np.ndarray]] | None = None,
+    action_bound_cost: float = 0.0,
     **loss_args: Any,
 ) -> dict[str, float]:
     """forward [T+1, N] -> native loss -> backward -> clip -> optimizer; all GIL-free.
 
+    ``action_bound_cost`` > 0 adds `bound_penalty` for a Gaussian policy with bounded actions.
     With ``state.pool`` (``runtime.learner_threads`` > 1) the N columns are split into one
     shard per thread; each shard's forward, loss and backward run on its own thread, its output
     gradient weighted by its share of the valid steps (the loss is a mean over them), into its
@@ -160,7 +186,7 @@ def actor_critic_step(
     pool = state.pool
     if pool is None or pool.threads == 1 or batch.num_columns < 2:
         out, tape, dout, metrics = _forward_loss(
-            net, state.params, batch, layout, reward_scale, loss_args
+            net, state.params, batch, layout, reward_scale, action_bound_cost, loss_args
         )
         try:
             grad = net.backward(tape, dout.reshape(out.shape))
@@ -168,8 +194,8 @@ def actor_critic_step(
             tape.release()
     else:
         grad, metrics = _sharded_grad(
-            net, state.params, batch, layout, reward_scale, loss_args, pool,
-            {} if scratch is None else scratch,
+            net, state.params, batch, layout, reward_scale, action_bound_cost, loss_args,
+            pool, {} if scratch is None else scratch,
         )  # fmt: skip
     metrics["grad_norm"] = norm = rlpar.clip_grad_norm(grad, optim.max_grad_norm, pool)
     if not rlpar.skip_nonfinite_step(state, norm):
@@ -185,6 +211,7 @@ def _forward_loss(
     batch: rlpar.Batch,
     layout: PolicyLayout,
     reward_scale: float,
+    action_bound_cost: float,
     loss_args: dict[str, Any],
 ) -> tuple[np.ndarray, rlpar.Tape, np.ndarray, dict[str, float]]:
     """Outputs [(T+1) N, O], their tape (the caller releases it), the loss gradient w.r.t. the
@@ -209,6 +236,17 @@ def _forward_loss(
             value_col=layout.value_col,
             **loss_args,
         )
+        if action_bound_cost > 0 and layout.kind == "gaussian" and layout.low is not None:
+            assert layout.high is not None
+            cols = slice(layout.begin, layout.begin + layout.num_actions)
+            mean = out.reshape(t_len + 1, n, -1)[:t_len, :, cols]
+            loss, dmean = bound_penalty(
+                mean, batch.mask, layout.low, layout.high, action_bound_cost
+            )
+            dout = dout.reshape(t_len + 1, n, -1)
+            dout[:t_len, :, cols] += dmean
+            metrics["bound_loss"] = loss
+            metrics["loss"] += loss
     except BaseException:
         tape.release()
         raise
@@ -221,6 +259,7 @@ def _sharded_grad(
     batch: rlpar.Batch,
     layout: PolicyLayout,
     reward_scale: float,
+    action_bound_cost: float,
     loss_args: dict[str, Any],
     pool: rlpar.ShardPool,
     scratch: dict[int, list[np.ndarray]],
@@ -241,7 +280,7 @@ def _sharded_grad(
 
     def shard_grad(i: int) -> dict[str, float]:
         out, tape, dout, metrics = _forward_loss(
-            net, params, shards[i], layout, reward_scale, loss_args
+            net, params, shards[i], layout, reward_scale, action_bound_cost, loss_args
         )
         try:
             dout *= np.float32(weights[i])
@@ -275,12 +314,20 @@ class ActorCriticAgent(rlpar.Agent):
         self.config = config
         self.gamma = config.gamma
         self._grad_scratch: dict[int, list[np.ndarray]] = {}  # sharded steps' gradient buffers
+        self._bounds: tuple[np.ndarray, np.ndarray] | None = None  # finite Box action bounds
 
     def net_spec(self, obs_space: gym.Space, action_space: gym.Space) -> rlpar.NetSpec:
+        self._bounds = None
+        if isinstance(action_space, gym.spaces.Box):
+            low, high = action_space.low.astype(np.float64), action_space.high.astype(np.float64)
+            if np.isfinite(low).all() and np.isfinite(high).all():
+                self._bounds = (low, high)
         return actor_critic_spec(obs_space, action_space, self.config.net)
 
     def init_state(self, net: rlpar.Net, params: np.ndarray) -> rlpar.LearnerState:
         self.layout = PolicyLayout.of(net)
+        if self._bounds is not None:
+            self.layout.low, self.layout.high = self._bounds
         self.native_sampling = self.layout.kind == "categorical"  # act() samples the softmax
         return rlpar.LearnerState(params=params, optimizer=self.config.optim.make(net.num_params))
 

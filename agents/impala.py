@@ -37,6 +37,10 @@ class ImpalaConfig:
     """Weight of the value loss."""
     entropy_cost: float = 0.01
     """Weight of the entropy bonus."""
+    action_bound_cost: float = 1.0
+    """Gaussian policies with bounded actions: weight of a penalty on the squared distance of
+    the policy's mean beyond the bounds (actions are clipped to them for the env, so out there
+    the policy gradient has no signal and the mean drifts). 0: none."""
     net: NetConfig = field(default_factory=NetConfig)
     """The network torso."""
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -44,6 +48,10 @@ class ImpalaConfig:
 
     def __post_init__(self) -> None:
         rlpar.check_field_types(self)
+        if self.action_bound_cost < 0:
+            raise rlpar.ConfigError(
+                f"action_bound_cost: expected a number >= 0, got {self.action_bound_cost}"
+            )
         if not 0.0 <= self.gamma <= 1.0:
             raise rlpar.ConfigError(f"gamma: expected a number in [0, 1], got {self.gamma}")
         for key in ("rho_bar", "c_bar", "pg_rho_bar"):
@@ -66,6 +74,7 @@ class Impala(ActorCriticAgent):
             c.optim,
             c.reward_scale,
             self._grad_scratch,
+            action_bound_cost=c.action_bound_cost,
             gamma=c.gamma,
             importance_weighting=True,
             rho_bar=c.rho_bar,

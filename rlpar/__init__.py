@@ -8,8 +8,10 @@ Public API (everything a user or a plug-in agent needs is importable from here):
   `skip_nonfinite_step` (skip and count a step whose gradient is NaN/inf);
 - parameter snapshots: `SnapshotStore`, `Snapshot`;
 - the agent seam and runtime: `Agent`, `LearnerState`, `Rollout`, `Batch`, `Runner`, `RunResult`,
-  `Progress`, configs `EnvConfig`, `RuntimeConfig`, losses `actor_critic_loss`, `ShardPool`
-  (the threads of a learner step split over column shards);
+  `Progress`, configs `EnvConfig`, `RuntimeConfig`, `EvalConfig`, losses `actor_critic_loss`,
+  `ShardPool` (the threads of a learner step split over column shards);
+- evaluation: `evaluate_policy` (play whole episodes with one parameter vector) and its
+  `Evaluation`; a run's final parameters are `Runner.params` after `Runner.run`;
 - plug-ins: `register_agent`, `make_agent`, `registered_agents`, `register_env`,
   `check_field_types` (a plug-in config dataclass checks its fields as the built-ins do);
 - GIL policy: `gil_release_threshold`, `set_gil_release_threshold`.
@@ -29,7 +31,7 @@ except ImportError as _e:  # pragma: no cover - exercised in a child process by 
     ) from _e
 
 from rlpar.agent import Agent, LearnerState
-from rlpar.config import ConfigError, EnvConfig, RuntimeConfig, check_field_types
+from rlpar.config import ConfigError, EnvConfig, EvalConfig, RuntimeConfig, check_field_types
 from rlpar.data import Batch, Rollout
 from rlpar.losses import actor_critic_loss
 from rlpar.nn import (
@@ -62,6 +64,7 @@ from rlpar.optim import (
 from rlpar.parallel import ShardPool
 from rlpar.registry import make_agent, register_agent, register_env, registered_agents
 from rlpar.runtime import Progress, Runner, RunResult
+from rlpar.runtime.evaluation import Evaluation, evaluate_policy
 from rlpar.snapshot import Snapshot, SnapshotStore
 
 __version__ = "0.1.0"
@@ -75,6 +78,8 @@ __all__ = [
     "ConfigError",
     "Conv2d",
     "EnvConfig",
+    "EvalConfig",
+    "Evaluation",
     "Flatten",
     "Gaussian",
     "LearnerState",
@@ -101,6 +106,7 @@ __all__ = [
     "check_field_types",
     "clip_grad_norm",
     "conv_spec",
+    "evaluate_policy",
     "gil_release_threshold",
     "global_norm",
     "make_agent",

@@ -18,6 +18,7 @@ from rlpar._checks import did_you_mean
 __all__ = [
     "ConfigError",
     "EnvConfig",
+    "EvalConfig",
     "RuntimeConfig",
     "check_field_types",
     "from_dict",
@@ -294,3 +295,70 @@ class RuntimeConfig:
     @property
     def env_steps_per_rollout(self) -> int:
         return self.unroll_length * self.envs_per_actor
+
+
+EVAL_POLICIES = ("greedy", "sampled")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How the trained policy is evaluated: whole episodes on envs of their own, seeded apart
+    from the training envs, with the parameters of one version (none of it trains)."""
+
+    episodes: int = 100
+    """Episodes of the final evaluation, played with the run's final parameters and written to
+    the summary (`evaluation`) and TensorBoard (`eval/return_mean`); 0: no final evaluation.
+    Also the episodes of the `check_target` evaluation."""
+    policies: list[str] = field(default_factory=lambda: ["greedy"])
+    """Which policies to evaluate: "greedy" (argmax / the Gaussian mean) and/or "sampled". The
+    first is the one `check_target` and the `eval/return_*` tags use."""
+    interval_env_steps: int | None = None
+    """Evaluate during training too, every this many env steps, on a thread of its own with a
+    pinned snapshot of the latest parameters (None: only at the end)."""
+    interval_episodes: int = 10
+    """Episodes of each evaluation during training."""
+    check_target: bool = True
+    """With `runtime.target_return`: when the window mean reaches the target, the learner pauses
+    between two steps and evaluates its current parameters (`episodes` episodes, first policy);
+    the run stops only if that evaluation reaches the target too, so its final parameters are
+    the ones that were evaluated. After a failed check the window must fill with
+    `runtime.return_window` new episodes before the next one. false: the window alone stops
+    the run."""
+    check_return: float | None = None
+    """The evaluated mean return a `check_target` evaluation must reach (None: the target
+    return). Above the target it leaves a margin, so a policy that passes its check by luck
+    does not fall below the target on the fresh seeds of the final evaluation."""
+    max_envs: int = 100
+    """Envs stepped together by one evaluation (at most one per episode; each plays an equal
+    share, decided up front). Vectorized envs such as CartPole's step 100 copies about as fast
+    as 16, so 100 episodes take one episode's time."""
+
+    def __post_init__(self) -> None:
+        _check(self.episodes >= 0, "episodes", "an integer >= 0", self.episodes)
+        _check(
+            self.episodes >= 1 or not self.check_target,
+            "episodes",
+            "an integer >= 1 while check_target is true (it plays that many)",
+            self.episodes,
+        )
+        _check(
+            len(self.policies) >= 1
+            and len(set(self.policies)) == len(self.policies)
+            and all(p in EVAL_POLICIES for p in self.policies),
+            "policies",
+            'a list of distinct policies from "greedy", "sampled"',
+            self.policies,
+        )
+        _check(
+            self.interval_env_steps is None or self.interval_env_steps >= 1,
+            "interval_env_steps",
+            "None or an integer >= 1",
+            self.interval_env_steps,
+        )
+        _check(
+            self.interval_episodes >= 1,
+            "interval_episodes",
+            "an integer >= 1",
+            self.interval_episodes,
+        )
+        _check(self.max_envs >= 1, "max_envs", "an integer >= 1", self.max_envs)

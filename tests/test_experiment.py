@@ -48,7 +48,7 @@ def test_the_cartpole_experiment_loads_with_every_default_filled_in() -> None:
     assert exp.runtime.target_return == 475.0
     assert exp.log == LogConfig()
     resolved = exp.to_dict()
-    assert set(resolved) == {"name", "env", "agent", "runtime", "log"}
+    assert set(resolved) == {"name", "env", "agent", "runtime", "eval", "log"}
     assert resolved["agent"]["name"] == "impala"
     assert resolved["runtime"]["max_policy_lag"] is None
 

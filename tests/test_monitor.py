@@ -44,6 +44,9 @@ def run(tmp_path_factory) -> tuple[Path, dict]:
             "log.histogram_interval=20",
             "runtime.total_env_steps=60000",
             "runtime.target_return=none",
+            "eval.episodes=4",
+            "eval.interval_env_steps=20000",
+            "eval.interval_episodes=2",
         ],
     )
     training = Training(exp)

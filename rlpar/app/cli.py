@@ -326,6 +326,11 @@ def _train_text(s: dict) -> str:
         f"{s['episodes']:,} episodes in {s['wall_s']:.1f} s (stopped by {s['stopped_by']}){target}",
         f"run directory: {s['run_dir']}",
     ]
+    for e in s.get("evaluation") or []:
+        lines.append(
+            f"evaluated:     {e['policy']} mean return {e['mean_return']:.2f} ± "
+            f"{e['std_return']:.2f} over {e['episodes']} episodes"
+        )
     if s.get("checkpoint"):
         lines.append(f"checkpoint:    {s['checkpoint']}")
     return "\n".join(lines)

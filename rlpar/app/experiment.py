@@ -6,6 +6,7 @@ the runtime runs and where the run's files go::
     [agent]                    # name = "impala" and that agent's config keys;
     [agent.optim]              #   its nested tables ([agent.optim], [agent.net])
     [runtime]                  # RuntimeConfig
+    [eval]                     # EvalConfig: how the trained policy is evaluated
     [log]                      # LogConfig
 
 `load_experiment(path, overrides)` reads a file, applies ``--set`` overrides
@@ -37,6 +38,7 @@ from rlpar.agent import Agent
 from rlpar.config import (
     ConfigError,
     EnvConfig,
+    EvalConfig,
     RuntimeConfig,
     check_field_types,
     from_dict,
@@ -59,7 +61,7 @@ __all__ = [
     "to_toml",
 ]
 
-SECTIONS = ("name", "env", "agent", "runtime", "log")
+SECTIONS = ("name", "env", "agent", "runtime", "eval", "log")
 NONE = "none"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -113,6 +115,7 @@ class Experiment:
     """An instance of the registered agent's config dataclass."""
     runtime: RuntimeConfig
     log: LogConfig
+    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
 
     def make_agent(self) -> Agent:
         return registered_agents()[self.agent_name].factory(self.agent)
@@ -124,6 +127,7 @@ class Experiment:
             "env": to_dict(self.env),
             "agent": {"name": self.agent_name, **to_dict(self.agent)},
             "runtime": to_dict(self.runtime),
+            "eval": to_dict(self.eval),
             "log": to_dict(self.log),
         }
 
@@ -179,6 +183,7 @@ def experiment_from_dict(data: dict[str, Any], default_name: str = "experiment")
         agent=from_dict(agent_cls, _nones(agent_cls, agent_table), prefix="agent."),
         runtime=_section(RuntimeConfig, data, "runtime"),
         log=_section(LogConfig, data, "log"),
+        eval=_section(EvalConfig, data, "eval"),
     )
 
 

@@ -76,12 +76,24 @@ SCALAR_TAGS: dict[str, str] = {
     "full: the learner is the bottleneck) or by the learner (empty: the actors are).",
     "time_fraction/learn": "Share spent in the learner step (forward, loss, backward, update).",
     "time_fraction/publish": "Share spent publishing parameters to the snapshot store.",
+    "eval/return_mean": "Mean return of an evaluation of one parameter version (`[eval]`, first "
+    "of `eval.policies`): every `eval.interval_env_steps` (`eval.interval_episodes` episodes, a "
+    "pinned snapshot) and once at the end (`eval.episodes` episodes, the final parameters). "
+    "The policy's real quality, unlike the training window of `return/mean`.",
+    "eval/return_std": "Standard deviation of the returns in that evaluation.",
 }
 
 OTHER_TAGS: dict[str, str] = {
+    "eval/<policy>/return_mean": "The same for the other policies of `eval.policies` "
+    "(e.g. `eval/sampled/return_mean` after greedy).",
+    "eval/<policy>/return_std": "Their standard deviation.",
+    "eval/target_check": "Evaluated mean return of each `eval.check_target` evaluation (the run "
+    "stops at the first that reaches `runtime.target_return`).",
     "learner/<metric>": "Every other metric the agent's learner step returns (IMPALA: `mean_rho`, "
     "`rho_clipped_fraction`, `mean_advantage`, `mean_value`, `valid_steps`).",
-    "hparams/final_return": "`return/mean` at the end of the run: the hparams dashboard's metric.",
+    "hparams/final_return": "`return/mean` at the end of the run: a metric of the hparams "
+    "dashboard.",
+    "hparams/final_eval_return": "`eval/return_mean` of the final evaluation: the other metric.",
     "params/<name>": "Histograms of each parameter tensor (e.g. `params/layers.0.weight`), every "
     "`log.histogram_interval` learner steps.",
     "actions": "Histogram of the actions in the last learner batch (`actions/<i>` per dimension "
@@ -102,6 +114,13 @@ _METRIC_TAGS = {
 _STAGE_TAGS = {name: f"time_fraction/{name}" for name in ("env_step", "inference", "queue_wait")}
 _STAGE_TAGS |= {"learn": "time_fraction/learn", "publish": "time_fraction/publish"}
 FINAL_RETURN = "hparams/final_return"
+FINAL_EVAL_RETURN = "hparams/final_eval_return"
+
+
+def eval_tags(policy_index: int, policy: str, mean: float, std: float) -> dict[str, float]:
+    """The eval scalars of one policy's evaluation (the first policy has the short tags)."""
+    prefix = "eval" if policy_index == 0 else f"eval/{policy}"
+    return {f"{prefix}/return_mean": mean, f"{prefix}/return_std": std}
 
 
 class EventWriter:
@@ -191,11 +210,13 @@ class TensorBoardMonitor:
         self._next_scalars = (0.0, 0)  # (wall clock, env steps) when the scalars are due
         self._histogram_at: int | None = None  # learner steps due for the next histograms
         self._histogram_step = -1  # env steps of the last ones
+        self._evals_written = 0  # of runner.evaluations
+        self._checks_written = 0  # of runner.target_checks
 
     def start(self) -> None:
         self.writer.text("config", "    " + to_toml(self.config).replace("\n", "\n    "))
         hparams = {k: v for k, v in self.config.items() if k in ("env", "agent", "runtime")}
-        self.writer.hparams(flatten_hparams(hparams), [FINAL_RETURN])
+        self.writer.hparams(flatten_hparams(hparams), [FINAL_RETURN, FINAL_EVAL_RETURN])
         self.writer.flush()
 
     def update(self, p: Progress) -> None:
@@ -214,6 +235,7 @@ class TensorBoardMonitor:
         ):
             self._write_histograms(p.env_steps)
             self._histogram_at = p.learner_steps + self.histogram_interval
+        self._write_evaluations()
 
     def finish(self, result: RunResult) -> None:
         """The run's last point (the progress the runner reported after stopping) and result."""
@@ -225,15 +247,39 @@ class TensorBoardMonitor:
                 self._write_scalars(p, rates=self._written is None)
             if self.histogram_interval > 0 and self._histogram_step != p.env_steps:
                 self._write_histograms(p.env_steps)
+        self._write_evaluations()
+        step = p.env_steps if p is not None else result.env_steps
         if result.mean_return is not None:
-            step = p.env_steps if p is not None else result.env_steps
             self.writer.scalars({FINAL_RETURN: result.mean_return}, step)
+        if result.evaluation:
+            values: dict[str, float] = {}
+            for i, e in enumerate(result.evaluation):
+                values |= eval_tags(i, e["policy"], e["mean_return"], e["std_return"])
+            values[FINAL_EVAL_RETURN] = result.evaluation[0]["mean_return"]
+            self.writer.scalars(values, step)
         self.writer.flush()
 
     def close(self) -> None:
         self.writer.close()
 
     # -------------------------------------------------------------------------------- parts
+
+    def _write_evaluations(self) -> None:
+        """The evaluator's points and the target checks that came since the last call (lists
+        that other threads only append to)."""
+        points = self.runner.evaluations
+        while self._evals_written < len(points):
+            point = points[self._evals_written]
+            values: dict[str, float] = {}
+            for i, e in enumerate(point.results):
+                values |= eval_tags(i, e.policy, e.mean_return, e.std_return)
+            self.writer.scalars(values, point.env_steps)
+            self._evals_written += 1
+        checks = self.runner.target_checks
+        while self._checks_written < len(checks):
+            c = checks[self._checks_written]
+            self.writer.scalars({"eval/target_check": c.eval_mean}, c.env_steps)
+            self._checks_written += 1
 
     def _write_scalars(self, p: Progress, rates: bool = True) -> None:
         values: dict[str, float] = {}

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rlpar.app.experiment import LogConfig, toml_value
-from rlpar.config import EnvConfig, RuntimeConfig
+from rlpar.config import EnvConfig, EvalConfig, RuntimeConfig
 from rlpar.registry import registered_agents
 
 __all__ = [
@@ -141,7 +141,13 @@ def config_reference() -> str:
         "`<log.logdir>/<name>/<timestamp>/`.",
         "",
     ]
-    for section, cls in (("env", EnvConfig), ("runtime", RuntimeConfig), ("log", LogConfig)):
+    sections = (
+        ("env", EnvConfig),
+        ("runtime", RuntimeConfig),
+        ("eval", EvalConfig),
+        ("log", LogConfig),
+    )
+    for section, cls in sections:
         lines += _table_md(f"[{section}]", _first_line(cls), describe(cls))
     nested: dict[type, tuple[str, list[str]]] = {}  # config class -> (key, agents using it)
     for name, entry in registered_agents().items():

@@ -78,6 +78,7 @@ class Training:
                 resume=resume,
                 config=self.config,
                 keep_checkpoints=experiment.log.keep_checkpoints,
+                evaluation=experiment.eval,
             )
         except BaseException:
             shutil.rmtree(self.run_dir, ignore_errors=True)

@@ -1,8 +1,15 @@
 """The runner: builds the net, starts the actor and learner threads, supervises, stops, resumes.
 
-Control flow, top to bottom in `Runner.run`: start threads -> the main thread waits and checks
-(errors, step budget, target return, wall clock, signals, progress callback) -> stop flag ->
-bounded joins -> final checkpoint -> re-raise the first thread error, if any.
+Control flow, top to bottom in `Runner.run`: start threads (actors, learner, and with an
+`EvalConfig` whose ``interval_env_steps`` is set, the evaluator) -> the main thread waits and
+checks (errors, step budget, target return, wall clock, signals, progress callback) -> stop
+flag -> bounded joins -> final checkpoint -> final evaluation -> re-raise the first thread
+error, if any.
+
+With an `EvalConfig` whose ``check_target`` is true, a window mean at the target return only
+asks the learner to evaluate its current parameters between two steps; the run stops when that
+evaluation reaches the target too (the learner takes no further step, so the final parameters
+are the evaluated ones).
 """
 
 from __future__ import annotations
@@ -30,21 +37,49 @@ from rlpar.checkpoint import (
     prune_checkpoints,
     save_checkpoint,
 )
-from rlpar.config import EnvConfig, RuntimeConfig, to_dict
+from rlpar.config import EnvConfig, EvalConfig, RuntimeConfig, to_dict
 from rlpar.nn import Net
 from rlpar.parallel import ShardPool
 from rlpar.runtime.actor import Actor
-from rlpar.runtime.common import ActorHandle, EpisodeLog
+from rlpar.runtime.common import POLL_S, ActorHandle, EpisodeLog
 from rlpar.runtime.envs import make_actor_envs
+from rlpar.runtime.evaluation import Evaluation, eval_seed, evaluate_policy
 from rlpar.runtime.learner import Learner, VersionClock
 from rlpar.snapshot import SnapshotStore
 
 if TYPE_CHECKING:
     from rlpar.runtime.ray_backend import RayActors
 
-__all__ = ["Progress", "RunResult", "Runner"]
+__all__ = ["EvalPoint", "Progress", "RunResult", "Runner", "TargetCheck"]
 
 log = logging.getLogger("rlpar")
+
+# Evaluation seeds: (purpose, index) keys, so a check's episodes do not depend on how many
+# periodic evaluations ran before it (deterministic runs stay reproducible).
+_PERIODIC, _CHECK, _FINAL = 0, 1, 2
+
+
+@dataclass
+class EvalPoint:
+    """One evaluation during training (the evaluator thread), one per evaluated policy."""
+
+    env_steps: int
+    """Env steps when the snapshot was pinned (the x-axis of the eval curves)."""
+    version: int
+    """The parameter version evaluated."""
+    results: list[Evaluation]
+
+
+@dataclass
+class TargetCheck:
+    """One `EvalConfig.check_target` evaluation on the learner thread."""
+
+    env_steps: int
+    learner_steps: int
+    window_mean: float
+    """The window mean that asked for the check."""
+    eval_mean: float
+    passed: bool
 
 
 @dataclass
@@ -86,6 +121,13 @@ class RunResult:
     stopped_by: str
     checkpoint: str | None
     stuck_threads: list[str] = field(default_factory=list)
+    evaluation: list[dict[str, Any]] | None = None
+    """The final evaluation, one entry per `EvalConfig.policies` (policy, episodes, mean_return,
+    std_return, min_return, max_return, mean_length, seed), of the final parameters; None
+    without an `EvalConfig` with episodes > 0 (or when the learner did not stop)."""
+    target_checks: list[dict[str, Any]] = field(default_factory=list)
+    """The `EvalConfig.check_target` evaluations: env_steps, learner_steps, window_mean,
+    eval_mean, passed."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -94,7 +136,10 @@ class RunResult:
 class Runner:
     """One actor-learner run. Build it (errors in the config, env or agent surface here), then
     call `run` once. ``checkpoint_dir``: where checkpoints go (None: none are written);
-    ``resume``: a checkpoint file to continue from."""
+    ``resume``: a checkpoint file to continue from; ``evaluation``: how the policy is evaluated
+    during training, to confirm the target return and at the end (None: never).
+
+    After `run`, `params` holds the final parameters (those of the final checkpoint)."""
 
     def __init__(
         self,
@@ -105,9 +150,18 @@ class Runner:
         resume: str | Path | None = None,
         config: dict[str, Any] | None = None,
         keep_checkpoints: int = 3,
+        evaluation: EvalConfig | None = None,
     ) -> None:
         _check_types(agent=agent, env=env, runtime=runtime)
+        if evaluation is not None and not isinstance(evaluation, EvalConfig):
+            raise TypeError(
+                f"Runner evaluation must be an rlpar.EvalConfig or None, "
+                f"got {type(evaluation).__name__}"
+            )
         self.agent, self.env_cfg, self.cfg = agent, env, runtime
+        self.eval_cfg = evaluation
+        self.evaluations: list[EvalPoint] = []  # appended by the evaluator thread only
+        self.target_checks: list[TargetCheck] = []  # appended by the learner thread only
         self.config = (
             config if config is not None else {"env": to_dict(env), "runtime": to_dict(runtime)}
         )
@@ -132,6 +186,8 @@ class Runner:
         self._build_learner()
         # Set once the target is met: (seconds since start, the window's mean return then).
         self._target_hit: tuple[float, float] | None = None
+        self._check_requested = threading.Event()  # main thread -> learner: check the target
+        self._next_check_at = 0  # episodes the log must hold before the next target check
         self._errors: list[tuple[str, BaseException]] = []
         self._ran = False
 
@@ -152,8 +208,10 @@ class Runner:
         self.state: LearnerState = agent.init_state(self.net, self.net.init_params(seed=cfg.seed))
         if resumed is not None:
             self._restore(resumed, resume)
-        # One pin per actor and one for the monitor (histograms); +2: no publish is skipped.
-        self.store = SnapshotStore(self.net.num_params, num_slots=min(255, cfg.num_actors + 3))
+        # Each actor (and the evaluator) pins at most one snapshot at a time; +2 so no publish is
+        # ever skipped, +1 for the monitor's histograms.
+        pins = cfg.num_actors + (1 if self._periodic_eval else 0)
+        self.store = SnapshotStore(self.net.num_params, num_slots=min(255, pins + 3))
         self.store.publish(self.state.params, version=self.state.steps + 1)
         self.actors: list[ActorHandle] = []
         if self.ray is not None:
@@ -203,6 +261,20 @@ class Runner:
             after_step=self._after_learner_step,
             episodes=self.episodes if cfg.deterministic else None,
         )
+
+    @property
+    def _periodic_eval(self) -> bool:
+        return self.eval_cfg is not None and self.eval_cfg.interval_env_steps is not None
+
+    @property
+    def _verify_target(self) -> bool:
+        return self.eval_cfg is not None and self.eval_cfg.check_target
+
+    @property
+    def params(self) -> np.ndarray:
+        """A copy of the learner's parameters, float32 [num_params]: after `run`, the run's
+        final parameters (those of its final checkpoint and final evaluation)."""
+        return self.state.params.copy()
 
     # ------------------------------------------------------------------------------ counters
 
@@ -292,7 +364,10 @@ class Runner:
         if on_progress is not None:
             on_progress(self.progress(wall))
         self.close()
-        return self._result(wall, stopped_by, time_to_target, final, stuck)
+        result = self._result(wall, stopped_by, time_to_target, final, stuck)
+        if not learner_alive:
+            result.evaluation = self._final_evaluation()
+        return result
 
     def _supervise(
         self, on_progress: Callable[[Progress], None] | None, interval_s: float
@@ -308,7 +383,7 @@ class Runner:
                 return "error", None
             if self._signal is not None:
                 return self._signal, None
-            if self._target_hit is not None:  # deterministic mode: found by the learner
+            if self._target_hit is not None:  # found by the learner (deterministic, or checked)
                 return "target_return", self._target_hit[0]
             if self._budget_spent.is_set():
                 return "total_env_steps", None
@@ -356,7 +431,30 @@ class Runner:
             stopped_by=stopped_by,
             checkpoint=str(final) if final else None,
             stuck_threads=stuck,
+            target_checks=[dataclasses.asdict(c) for c in self.target_checks],
         )
+
+    def _final_evaluation(self) -> list[dict[str, Any]] | None:
+        """Each of `EvalConfig.policies` played with the final parameters (after the threads
+        stopped: nothing else reads or writes them now)."""
+        ecfg = self.eval_cfg
+        if ecfg is None or ecfg.episodes == 0:
+            return None
+        out = []
+        for i, policy in enumerate(ecfg.policies):
+            e = evaluate_policy(
+                self.agent,
+                self.net,
+                self.state.params,
+                self.env_cfg,
+                episodes=ecfg.episodes,
+                greedy=policy == "greedy",
+                seed=eval_seed(self.cfg.seed, _FINAL, self._generation, i),
+                max_envs=ecfg.max_envs,
+            )
+            assert e is not None  # no stop event: it plays every episode
+            out.append(e.to_dict(episodes=False))
+        return out
 
     def close(self) -> None:
         """Close the envs (idempotent); envs of a stuck actor are left alone."""
@@ -409,6 +507,14 @@ class Runner:
                 target=self._guard("learner", learner), name="rlpar-learner", daemon=True
             )
         )
+        if self._periodic_eval:  # evaluates pinned snapshots; stops and fails like the others
+            self._threads.append(
+                threading.Thread(
+                    target=self._guard("evaluator", self._evaluate_periodically),
+                    name="rlpar-evaluator",
+                    daemon=True,
+                )
+            )
         for t in self._threads:
             t.start()
 
@@ -428,20 +534,106 @@ class Runner:
             )
         return stuck
 
-    def _check_target(self, now: float) -> bool:
-        """True (and ``_target_hit`` set) once the last ``return_window`` episodes average at
-        least ``target_return``."""
+    def _evaluate_periodically(self) -> None:
+        """The evaluator thread: every ``interval_env_steps`` env steps, pin the newest
+        snapshot and evaluate it (``interval_episodes`` episodes per policy)."""
+        ecfg = self.eval_cfg
+        assert ecfg is not None and ecfg.interval_env_steps is not None
+        every = ecfg.interval_env_steps
+        next_at = self.env_steps()  # the first point: the policy the run starts with
+        index = 0
+        while not self.stop.is_set():
+            steps = self.env_steps()
+            if steps < next_at:
+                self.stop.wait(POLL_S)
+                continue
+            results = []
+            with self.store.pin() as snap:  # one version for every episode of this point
+                version = snap.version
+                for i, policy in enumerate(ecfg.policies):
+                    e = evaluate_policy(
+                        self.agent,
+                        self.net,
+                        snap,
+                        self.env_cfg,
+                        episodes=ecfg.interval_episodes,
+                        greedy=policy == "greedy",
+                        seed=eval_seed(self.cfg.seed, _PERIODIC, self._generation, index, i),
+                        max_envs=ecfg.max_envs,
+                        stop=self.stop,
+                    )
+                    if e is None:  # stopping
+                        return
+                    results.append(e)
+            self.evaluations.append(EvalPoint(steps, version, results))
+            index += 1
+            next_at = (steps // every + 1) * every
+
+    def _window_at_target(self) -> float | None:
+        """The window mean once the last ``return_window`` episodes average at least
+        ``target_return`` (and, after a failed check, the window is new), else None."""
         target = self.cfg.target_return
-        if target is None:
-            return False
+        if target is None or self.episodes.count < self._next_check_at:
+            return None
         recent = self.episodes.recent(self.cfg.return_window)
         if len(recent) < self.cfg.return_window:
-            return False
+            return None
         mean = float(np.mean([e[0] for e in recent]))
-        if mean < target:
+        return mean if mean >= target else None
+
+    def _check_target(self, now: float) -> bool:
+        """True (and ``_target_hit`` set) once the window mean reaches ``target_return``; with
+        ``check_target``, that only asks the learner for an evaluation (see `_check_on_learner`)
+        and returns False."""
+        mean = self._window_at_target()
+        if mean is None:
+            return False
+        if self._verify_target:
+            self._check_requested.set()
             return False
         self._target_hit = (now - self._start, mean)
         return True
+
+    def _check_on_learner(self) -> None:
+        """On the learner thread, between steps: evaluate the current parameters; if they reach
+        the target, stop (the learner takes no further step). Otherwise wait for a new window."""
+        window_mean = self._window_at_target()  # again: the window may have moved since
+        if window_mean is None:
+            return
+        ecfg, target = self.eval_cfg, self.cfg.target_return
+        assert ecfg is not None and target is not None
+        e = evaluate_policy(
+            self.agent,
+            self.net,
+            self.state.params,
+            self.env_cfg,
+            episodes=ecfg.episodes,
+            greedy=ecfg.policies[0] == "greedy",
+            seed=eval_seed(self.cfg.seed, _CHECK, self._generation, len(self.target_checks)),
+            max_envs=ecfg.max_envs,
+            stop=self.stop,
+        )
+        if e is None:  # stopping anyway
+            return
+        passed = e.mean_return >= (target if ecfg.check_return is None else ecfg.check_return)
+        self.target_checks.append(
+            TargetCheck(self.env_steps(), self.state.steps, window_mean, e.mean_return, passed)
+        )
+        log.info(
+            "target check at %d env steps: window mean %.2f, evaluated %s %.2f over %d "
+            "episodes -> %s",
+            self.env_steps(),
+            window_mean,
+            e.policy,
+            e.mean_return,
+            e.episodes,
+            "stop" if passed else "go on",
+        )
+        if passed:
+            self._target_hit = (time.perf_counter() - self._start, window_mean)
+            self.stop.set()
+        else:
+            self._next_check_at = self.episodes.count + self.cfg.return_window
 
     # --------------------------------------------------------------------------- signals
 
@@ -479,6 +671,11 @@ class Runner:
             if self.state.steps >= -(-cfg.total_env_steps // per_step):
                 self._budget_spent.set()
                 self.stop.set()
+        if self._check_requested.is_set():  # eval.check_target: the window asked for a check
+            self._check_requested.clear()
+            self._check_on_learner()
+            if self.stop.is_set():
+                return
         interval = self.cfg.checkpoint_interval_s
         if interval is not None and time.perf_counter() - self._last_checkpoint >= interval:
             self._save_checkpoint()

@@ -1,0 +1,167 @@
+"""Evaluate a policy: play whole episodes with one parameter vector, on envs of their own.
+
+::
+
+    result = evaluate_policy(agent, net, params, EnvConfig("CartPole-v1"), episodes=100)
+    result.mean_return, result.std_return
+
+Used by ``rlpar eval`` (a checkpoint's parameters), by the runner's evaluator thread (a pinned
+snapshot during training) and for the final evaluation of a run. Each of K envs plays a fixed
+quota of episodes (N split evenly, decided up front), so short episodes are not favoured the
+way "the first N to finish" would favour them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from rlpar.agent import Agent
+from rlpar.config import EnvConfig
+from rlpar.nn import Net
+from rlpar.runtime.envs import ActionAdapter, make_actor_envs
+from rlpar.snapshot import Snapshot
+
+__all__ = ["Evaluation", "eval_seed", "evaluate_policy"]
+
+log = logging.getLogger("rlpar")
+
+# Mixed into evaluation seeds so evaluation envs never replay the training envs' episodes.
+_EVAL_STREAM = 0x5EED_E7A1
+
+
+@dataclass
+class Evaluation:
+    """Returns and lengths of the episodes one policy played."""
+
+    policy: str
+    """"greedy" or "sampled" (what was played: an agent without a greedy policy samples)."""
+    episodes: int
+    mean_return: float
+    std_return: float
+    min_return: float
+    max_return: float
+    mean_length: float
+    returns: list[float]
+    lengths: list[int]
+    seed: int
+    """The seed the evaluation envs were reset with."""
+
+    def to_dict(self, episodes: bool = True) -> dict[str, Any]:
+        """Plain data; ``episodes=False`` leaves out the per-episode lists."""
+        d = asdict(self)
+        if not episodes:
+            del d["returns"], d["lengths"]
+        return d
+
+
+def eval_seed(seed: int, *key: int) -> int:
+    """The env seed of the evaluation named by ``key`` (e.g. (purpose, index)) in a run seeded
+    ``seed``: fresh for every key, and apart from the seeds of the training envs."""
+    return int(np.random.SeedSequence([seed, _EVAL_STREAM, *key]).generate_state(1)[0])
+
+
+def evaluate_policy(
+    agent: Agent,
+    net: Net,
+    params: np.ndarray | Snapshot,
+    env: EnvConfig,
+    episodes: int = 100,
+    greedy: bool = True,
+    seed: int = 0,
+    max_envs: int = 16,
+    stop: threading.Event | None = None,
+) -> Evaluation | None:
+    """Play ``episodes`` episodes of ``env`` with ``params`` (float32 [num_params], or a pinned
+    `Snapshot`), greedily (an agent without `Agent.greedy` samples instead, with a warning) or
+    sampled, on ``min(episodes, max_envs)`` new envs reset with ``seed``.
+
+    ``agent`` must have run ``init_state`` on ``net`` (it knows the net's output layout then);
+    this only reads it and ``params``, so it may run on any thread while the agent trains.
+    Returns None only when ``stop`` is set before every episode has finished.
+    """
+    if not isinstance(agent, Agent):
+        raise TypeError(f"agent: expected an rlpar.Agent, got {type(agent).__name__}")
+    if not isinstance(env, EnvConfig):
+        raise TypeError(f"env: expected an rlpar.EnvConfig, got {type(env).__name__}")
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ValueError(f"episodes: expected an integer >= 1, got {episodes!r}")
+    if isinstance(max_envs, bool) or not isinstance(max_envs, int) or max_envs < 1:
+        raise ValueError(f"max_envs: expected an integer >= 1, got {max_envs!r}")
+    envs = make_actor_envs(env, min(episodes, max_envs))
+    try:
+        played = _play(envs, net, params, agent, episodes, greedy, seed, stop)
+    finally:
+        envs.close()
+    if played is None:
+        return None
+    returns, lengths, policy = played
+    r = np.asarray(returns)
+    return Evaluation(
+        policy=policy,
+        episodes=len(returns),
+        mean_return=float(r.mean()),
+        std_return=float(r.std()),
+        min_return=float(r.min()),
+        max_return=float(r.max()),
+        mean_length=float(np.mean(lengths)),
+        returns=[float(x) for x in returns],
+        lengths=[int(x) for x in lengths],
+        seed=seed,
+    )
+
+
+def _play(
+    envs: Any,
+    net: Net,
+    params: np.ndarray | Snapshot,
+    agent: Agent,
+    episodes: int,
+    greedy: bool,
+    seed: int,
+    stop: threading.Event | None,
+) -> tuple[list[float], list[int], str] | None:
+    """Step all K envs together until each has finished its quota of episodes (None: ``stop``
+    was set first). The envs autoreset on the step after an episode ends (that step's reward
+    is not the episode's)."""
+    k = envs.num_envs
+    quota = np.array([episodes // k + (i < episodes % k) for i in range(k)])
+    finished = np.zeros(k, np.int64)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 1 << 21]))
+    adapter = ActionAdapter(envs.single_action_space)
+    dtype = np.uint8 if net.spec.input_dtype == "uint8" else np.float32
+    policy = "greedy" if greedy else "sampled"
+    ep_return, ep_length = np.zeros(k), np.zeros(k, np.int64)
+    prev_done = np.zeros(k, bool)
+    returns: list[float] = []
+    lengths: list[int] = []
+    obs, _ = envs.reset(seed=seed)
+    while (finished < quota).any():
+        if stop is not None and stop.is_set():
+            return None
+        out = net.forward(params, np.asarray(obs, dtype))
+        if policy == "greedy":
+            try:
+                actions = agent.greedy(net, out)
+            except NotImplementedError as e:
+                log.warning("%s: sampling actions instead", e)
+                policy = "sampled"
+        if policy == "sampled":
+            actions = agent.act(net, out, rng)
+        obs, reward, terminated, truncated, _ = envs.step(adapter.to_env(actions))
+        valid = ~prev_done
+        ep_return += np.where(valid, reward, 0.0)
+        ep_length += valid
+        prev_done = terminated | truncated
+        for i in np.flatnonzero(prev_done & valid):
+            if finished[i] < quota[i]:
+                returns.append(float(ep_return[i]))
+                lengths.append(int(ep_length[i]))
+                finished[i] += 1
+        ep_return[prev_done] = 0.0
+        ep_length[prev_done] = 0
+    return returns, lengths, policy
