@@ -230,6 +230,20 @@ enum : size_t { kGradA = 0, kGradB = 1, kCol = 2, kActBase = 3 };
 }
 
 Net::Net(NetSpec spec) : spec_(std::move(spec)), pool_(std::make_shared<WorkspacePool>()) {
+  check_input();
+  Shape cur = spec_.input_shape;
+  for (size_t i = 0; i < spec_.layers.size(); ++i) {
+    Layer L = build_layer(i, cur);
+    shapes_.push_back(cur);
+    cur = L.out;
+    layers_.push_back(std::move(L));
+  }
+  shapes_.push_back(cur);
+  for (const Shape& s : shapes_) max_activation_ = std::max(max_activation_, shape_numel(s));
+  build_heads(cur);
+}
+
+void Net::check_input() const {
   const Shape& in = spec_.input_shape;
   if (!(in.size() == 1 || in.size() == 3) ||
       std::any_of(in.begin(), in.end(), [](int64_t d) { return d <= 0; })) {
@@ -238,104 +252,114 @@ Net::Net(NetSpec spec) : spec_(std::move(spec)), pool_(std::make_shared<Workspac
   if (!std::isfinite(spec_.input_scale) || spec_.input_scale == 0.0f) {
     fail("input_scale must be a finite non-zero number, got " + std::to_string(spec_.input_scale));
   }
+}
 
-  auto add_param = [&](const std::string& name, const std::string& role, Shape shape,
+int64_t Net::add_param(const std::string& name, const std::string& role, Shape shape,
                        int64_t index, bool in_head) {
-    ParamInfo p;
-    p.name = name;
-    p.role = role;
-    p.offset = num_params_;
-    p.shape = std::move(shape);
-    p.index = index;
-    p.in_head = in_head;
-    num_params_ += shape_numel(p.shape);
-    params_.push_back(p);
-    return p.offset;
-  };
+  ParamInfo p;
+  p.name = name;
+  p.role = role;
+  p.offset = num_params_;
+  p.shape = std::move(shape);
+  p.index = index;
+  p.in_head = in_head;
+  num_params_ += shape_numel(p.shape);
+  params_.push_back(p);
+  return p.offset;
+}
 
-  Shape cur = in;
-  for (size_t i = 0; i < spec_.layers.size(); ++i) {
-    const LayerSpec& ls = spec_.layers[i];
-    const std::string where = "layer " + std::to_string(i) + " (" + kind_name(ls.kind) + ")";
-    const std::string prefix = "layers." + std::to_string(i) + ".";
-    Layer L;
-    L.kind = ls.kind;
-    L.in = cur;
-    switch (ls.kind) {
-      case LayerKind::Linear: {
-        if (cur.size() != 1) {
-          fail(where + " expects a flat input (D,), got " + shape_str(cur) +
-               ": add a Flatten layer before it");
-        }
-        if (ls.out_features <= 0) {
-          fail(where + " needs out_features >= 1, got " + std::to_string(ls.out_features));
-        }
-        L.out = {ls.out_features};
-        L.w = add_param(prefix + "weight", "weight", {cur[0], ls.out_features}, i, false);
-        L.b = add_param(prefix + "bias", "bias", {ls.out_features}, i, false);
-        flops_per_sample_ += 2.0 * cur[0] * ls.out_features;
-        break;
-      }
-      case LayerKind::Conv2d: {
-        if (cur.size() != 3) {
-          fail(where + " expects an image input (H, W, C), got " + shape_str(cur));
-        }
-        if (ls.out_channels <= 0 || ls.kernel <= 0 || ls.stride <= 0 || ls.padding < 0) {
-          fail(where + " needs out_channels, kernel, stride >= 1 and padding >= 0, got " +
-               "out_channels=" + std::to_string(ls.out_channels) +
-               " kernel=" + std::to_string(ls.kernel) + " stride=" + std::to_string(ls.stride) +
-               " padding=" + std::to_string(ls.padding));
-        }
-        const int64_t oh = layers::conv_out_size(cur[0], ls.kernel, ls.stride, ls.padding);
-        const int64_t ow = layers::conv_out_size(cur[1], ls.kernel, ls.stride, ls.padding);
-        if (oh <= 0 || ow <= 0) {
-          fail(where + " with kernel " + std::to_string(ls.kernel) + ", stride " +
-               std::to_string(ls.stride) + ", padding " + std::to_string(ls.padding) +
-               " on input " + shape_str(cur) + " would have an empty output");
-        }
-        L.conv = {cur[0], cur[1], cur[2], oh, ow, ls.out_channels, ls.kernel, ls.stride, ls.padding};
-        L.out = {oh, ow, ls.out_channels};
-        L.w = add_param(prefix + "weight", "weight", {ls.kernel, ls.kernel, cur[2], ls.out_channels},
-                        i, false);
-        L.b = add_param(prefix + "bias", "bias", {ls.out_channels}, i, false);
-        flops_per_sample_ += 2.0 * oh * ow * L.conv.patch() * ls.out_channels;
-        break;
-      }
-      case LayerKind::ReLU:
-      case LayerKind::Tanh:
-        L.out = cur;
-        flops_per_sample_ += static_cast<double>(shape_numel(cur));
-        break;
-      case LayerKind::Flatten:
-        L.out = {shape_numel(cur)};
-        break;
-      case LayerKind::External: {
-        if (!ls.external) fail(where + " has no implementation");
-        const Shape os = ls.external->output_shape(cur);
-        if (os.empty() || std::any_of(os.begin(), os.end(), [](int64_t d) { return d <= 0; })) {
-          fail(where + " must declare an output shape with positive sizes, got " + shape_str(os));
-        }
-        L.out = os;
-        L.external = ls.external;
-        has_external_ = true;
-        break;
-      }
-    }
-    shapes_.push_back(cur);
-    cur = L.out;
-    layers_.push_back(std::move(L));
+Net::Layer Net::build_layer(size_t i, const Shape& in) {
+  const LayerSpec& ls = spec_.layers[i];
+  const std::string where = "layer " + std::to_string(i) + " (" + kind_name(ls.kind) + ")";
+  Layer L;
+  L.kind = ls.kind;
+  L.in = in;
+  switch (ls.kind) {
+    case LayerKind::Linear:
+      build_linear(L, i, where);
+      break;
+    case LayerKind::Conv2d:
+      build_conv(L, i, where);
+      break;
+    case LayerKind::ReLU:
+    case LayerKind::Tanh:
+      L.out = in;
+      flops_per_sample_ += static_cast<double>(shape_numel(in));
+      break;
+    case LayerKind::Flatten:
+      L.out = {shape_numel(in)};
+      break;
+    case LayerKind::External:
+      build_external(L, i, where);
+      break;
   }
-  shapes_.push_back(cur);
-  for (const Shape& s : shapes_) max_activation_ = std::max(max_activation_, shape_numel(s));
+  return L;
+}
 
+void Net::build_linear(Layer& L, size_t i, const std::string& where) {
+  const LayerSpec& ls = spec_.layers[i];
+  const Shape& cur = L.in;
+  if (cur.size() != 1) {
+    fail(where + " expects a flat input (D,), got " + shape_str(cur) +
+         ": add a Flatten layer before it");
+  }
+  if (ls.out_features <= 0) {
+    fail(where + " needs out_features >= 1, got " + std::to_string(ls.out_features));
+  }
+  const std::string prefix = "layers." + std::to_string(i) + ".";
+  L.out = {ls.out_features};
+  L.w = add_param(prefix + "weight", "weight", {cur[0], ls.out_features}, i, false);
+  L.b = add_param(prefix + "bias", "bias", {ls.out_features}, i, false);
+  flops_per_sample_ += 2.0 * cur[0] * ls.out_features;
+}
+
+void Net::build_conv(Layer& L, size_t i, const std::string& where) {
+  const LayerSpec& ls = spec_.layers[i];
+  const Shape& cur = L.in;
+  if (cur.size() != 3) fail(where + " expects an image input (H, W, C), got " + shape_str(cur));
+  if (ls.out_channels <= 0 || ls.kernel <= 0 || ls.stride <= 0 || ls.padding < 0) {
+    fail(where + " needs out_channels, kernel, stride >= 1 and padding >= 0, got " +
+         "out_channels=" + std::to_string(ls.out_channels) +
+         " kernel=" + std::to_string(ls.kernel) + " stride=" + std::to_string(ls.stride) +
+         " padding=" + std::to_string(ls.padding));
+  }
+  const int64_t oh = layers::conv_out_size(cur[0], ls.kernel, ls.stride, ls.padding);
+  const int64_t ow = layers::conv_out_size(cur[1], ls.kernel, ls.stride, ls.padding);
+  if (oh <= 0 || ow <= 0) {
+    fail(where + " with kernel " + std::to_string(ls.kernel) + ", stride " +
+         std::to_string(ls.stride) + ", padding " + std::to_string(ls.padding) + " on input " +
+         shape_str(cur) + " would have an empty output");
+  }
+  const std::string prefix = "layers." + std::to_string(i) + ".";
+  L.conv = {cur[0], cur[1], cur[2], oh, ow, ls.out_channels, ls.kernel, ls.stride, ls.padding};
+  L.out = {oh, ow, ls.out_channels};
+  L.w = add_param(prefix + "weight", "weight", {ls.kernel, ls.kernel, cur[2], ls.out_channels}, i,
+                  false);
+  L.b = add_param(prefix + "bias", "bias", {ls.out_channels}, i, false);
+  flops_per_sample_ += 2.0 * oh * ow * L.conv.patch() * ls.out_channels;
+}
+
+void Net::build_external(Layer& L, size_t i, const std::string& where) {
+  const LayerSpec& ls = spec_.layers[i];
+  if (!ls.external) fail(where + " has no implementation");
+  const Shape os = ls.external->output_shape(L.in);
+  if (os.empty() || std::any_of(os.begin(), os.end(), [](int64_t d) { return d <= 0; })) {
+    fail(where + " must declare an output shape with positive sizes, got " + shape_str(os));
+  }
+  L.out = os;
+  L.external = ls.external;
+  has_external_ = true;
+}
+
+void Net::build_heads(const Shape& features) {
   if (spec_.heads.empty()) {
     fail("a net needs at least one head (categorical, value or gaussian), got none");
   }
-  if (cur.size() != 1) {
-    fail("heads expect flat features (F,), but the last layer outputs " + shape_str(cur) +
+  if (features.size() != 1) {
+    fail("heads expect flat features (F,), but the last layer outputs " + shape_str(features) +
          ": add a Flatten layer at the end");
   }
-  feature_size_ = cur[0];
+  feature_size_ = features[0];
   for (size_t h = 0; h < spec_.heads.size(); ++h) {
     const HeadSpec& hs = spec_.heads[h];
     const std::string prefix = "heads." + std::to_string(h) + ".";

@@ -169,6 +169,15 @@ class Net {
 
  private:
   struct Layer;
+  // Construction steps, in order: check the input, build each layer, then the heads.
+  void check_input() const;
+  int64_t add_param(const std::string& name, const std::string& role, Shape shape, int64_t index,
+                    bool in_head);
+  Layer build_layer(size_t i, const Shape& in);
+  void build_linear(Layer& L, size_t i, const std::string& where);
+  void build_conv(Layer& L, size_t i, const std::string& where);
+  void build_external(Layer& L, size_t i, const std::string& where);
+  void build_heads(const Shape& features);
   void run_forward(const float* params, const void* input, int64_t batch, float* out,
                    Workspace& ws) const;
 
