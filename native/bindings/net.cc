@@ -188,8 +188,9 @@ class PyExternalLayer final : public rlpar::ExternalLayer {
 // layers: tuples ("linear", out) | ("conv2d", oc, k, stride, pad) | ("relu",) | ("tanh",) |
 // ("flatten",) | ("python", layer); heads: (kind, size).
 std::shared_ptr<Net> make_net(const Shape& input_shape, bool input_uint8, float input_scale,
-                              const py::list& layers, const py::list& heads) {
+                              const py::list& layers, const py::list& heads, int64_t lstm_hidden) {
   NetSpec spec;
+  spec.lstm_hidden = lstm_hidden;
   spec.input_shape = input_shape;
   spec.input_uint8 = input_uint8;
   spec.input_scale = input_scale;
@@ -239,16 +240,70 @@ struct PyTape {
   const float* params_data = nullptr;
 };
 
+// The recurrent part of a call: the state (and episode starts) a recurrent net needs, checked
+// against the net and the batch. `update`: the state is the caller's buffer, overwritten in place
+// with the state after the call (an actor's step); else it is only read (a learner's sequence).
+struct SeqInput {
+  rlpar::SeqArgs args;
+  py::array state, resets;  // keep converted copies alive for the call
+};
+
+SeqInput checked_seq(const Net& net, py::handle state, py::handle resets, int64_t batch,
+                     bool update) {
+  SeqInput s;
+  s.args.seqs = batch;
+  if (!net.recurrent()) {
+    if (!state.is_none() || !resets.is_none()) {
+      throw py::value_error("this net has no recurrent core: pass no state or resets");
+    }
+    return s;
+  }
+  if (state.is_none()) {
+    throw py::value_error("this net has an LSTM core: pass state, float32 [N, " +
+                          std::to_string(net.state_size()) +
+                          "] (zeros at the start of an episode; Net.initial_state(N))");
+  }
+  const py::ssize_t S = net.state_size();
+  if (update) {
+    s.args.state_out = output_array<float>(state, "state", {batch, S});
+    s.args.state0 = s.args.state_out;
+  } else {
+    s.state = as_array(state, "state");
+    require_float32(s.state, "state");
+    if (s.state.ndim() != 2 || s.state.shape(1) != S || s.state.shape(0) < 1 ||
+        batch % s.state.shape(0) != 0) {
+      throw py::value_error("state must have shape (N, " + std::to_string(S) +
+                            ") with N dividing the " + std::to_string(batch) +
+                            " rows of obs (T = rows / N steps), got " + shape_str(s.state));
+    }
+    s.state = contiguous(s.state);
+    s.args.seqs = s.state.shape(0);
+    s.args.state0 = static_cast<const float*>(s.state.data());
+  }
+  s.args.steps = batch / s.args.seqs;
+  if (!resets.is_none()) {
+    const std::vector<py::ssize_t> dims =
+        update ? std::vector<py::ssize_t>{batch}
+               : std::vector<py::ssize_t>{s.args.steps, s.args.seqs};
+    s.resets = input_array<uint8_t>(resets, "resets", dims);
+    s.args.resets = static_cast<const uint8_t*>(s.resets.data());
+  }
+  return s;
+}
+
 py::array_t<float> do_forward(const std::shared_ptr<Net>& net, py::handle params, py::handle obs,
                               py::object out, py::object release_gil, bool check,
+                              py::handle state, py::handle resets,
                               std::unique_ptr<rlpar::Tape>* tape) {
   const float* p = flat_params(*net, params);
   int64_t batch = 0;
   py::array x = checked_obs(*net, obs, batch);
   py::array_t<float> y = output_buffer(*net, std::move(out), batch);
+  const SeqInput seq = checked_seq(*net, state, resets, batch, tape == nullptr);
   if (check) {
     rlpar::check_finite(p, net->num_params(), "params");
     check_obs_finite(*net, x, batch);
+    if (seq.args.state0) rlpar::check_finite(seq.args.state0, seq.args.seqs * net->state_size(), "state");
   }
   const void* xp = x.data();
   float* yp = y.mutable_data();
@@ -256,27 +311,29 @@ py::array_t<float> do_forward(const std::shared_ptr<Net>& net, py::handle params
     const bool release = want_release(release_gil, net->flops_per_sample() * batch);
     CallScope scope(release, net->has_external());
     if (tape) {
-      *tape = net->forward_train(p, xp, batch, yp);
+      *tape = net->forward_train_seq(p, xp, seq.args, yp);
     } else {
-      net->forward(p, xp, batch, yp);
+      net->forward_seq(p, xp, seq.args, yp);
     }
   }
   return y;
 }
 
 py::array_t<float> forward(const std::shared_ptr<Net>& net, py::handle params, py::handle obs,
-                           py::object out, py::object release_gil, bool check_finite) {
-  return do_forward(net, params, obs, std::move(out), std::move(release_gil), check_finite,
-                    nullptr);
+                           py::object out, py::object release_gil, bool check_finite,
+                           py::handle state, py::handle resets) {
+  return do_forward(net, params, obs, std::move(out), std::move(release_gil), check_finite, state,
+                    resets, nullptr);
 }
 
 py::tuple forward_train(const std::shared_ptr<Net>& net, py::handle params, py::handle obs,
-                        py::object out, py::object release_gil, bool check_finite) {
+                        py::object out, py::object release_gil, bool check_finite,
+                        py::handle state, py::handle resets) {
   PyTape t{net, nullptr, py::reinterpret_borrow<py::object>(params), nullptr, nullptr};
   if (py::isinstance<PySnapshot>(params)) t.pin = params.cast<const PySnapshot&>().pin;
   t.params_data = flat_params(*net, params);
   auto y = do_forward(net, params, obs, std::move(out), std::move(release_gil), check_finite,
-                      &t.tape);
+                      state, resets, &t.tape);
   return py::make_tuple(y, std::move(t));
 }
 
@@ -358,7 +415,10 @@ void bind_net(py::module_& m) {
 
   py::class_<Net, std::shared_ptr<Net>>(m, "Net", py::dynamic_attr())
       .def(py::init(&make_net), py::arg("input_shape"), py::arg("input_uint8"),
-           py::arg("input_scale"), py::arg("layers"), py::arg("heads"))
+           py::arg("input_scale"), py::arg("layers"), py::arg("heads"),
+           py::arg("lstm_hidden") = 0)
+      .def_property_readonly("state_size", &Net::state_size)
+      .def_property_readonly("recurrent", &Net::recurrent)
       .def_property_readonly("num_params", &Net::num_params)
       .def_property_readonly("output_size", &Net::output_size)
       .def_property_readonly("input_shape",
@@ -371,10 +431,12 @@ void bind_net(py::module_& m) {
       .def_property_readonly("param_info", &param_info_list)
       .def("workspace_stats", &workspace_stats)
       .def("forward", &forward, py::arg("params"), py::arg("obs"), py::arg("out") = py::none(),
-           py::arg("release_gil") = py::none(), py::arg("check_finite") = false)
+           py::arg("release_gil") = py::none(), py::arg("check_finite") = false,
+           py::kw_only(), py::arg("state") = py::none(), py::arg("resets") = py::none())
       .def("forward_train", &forward_train, py::arg("params"), py::arg("obs"),
            py::arg("out") = py::none(), py::arg("release_gil") = py::none(),
-           py::arg("check_finite") = false)
+           py::arg("check_finite") = false, py::kw_only(), py::arg("state") = py::none(),
+           py::arg("resets") = py::none())
       .def("backward", &backward, py::arg("tape"), py::arg("dout"), py::arg("grad") = py::none(),
            py::arg("accumulate") = false, py::arg("release_gil") = py::none(),
            py::arg("check_finite") = false);

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "rlpar/layers.h"
+#include "rlpar/lstm.h"
 
 namespace rlpar {
 
@@ -159,8 +160,11 @@ class Workspace {
     return b.data;
   }
 
-  std::vector<float*> act;  // act[i]: input of layer i; act.back(): features
-  int64_t batch = 0;
+  std::vector<float*> act;  // act[i]: input of layer i; act.back(): the torso's output
+  float* feat = nullptr;    // what the heads read: the torso's output, or the LSTM's
+  int64_t batch = 0;        // rows: T * N
+  int64_t steps = 1;
+  uint8_t* resets = nullptr;  // [T, N] copy of the call's episode starts, or null
 
  private:
   WorkspacePool* pool_;
@@ -240,7 +244,26 @@ Net::Net(NetSpec spec) : spec_(std::move(spec)), pool_(std::make_shared<Workspac
   }
   shapes_.push_back(cur);
   for (const Shape& s : shapes_) max_activation_ = std::max(max_activation_, shape_numel(s));
-  build_heads(cur);
+  build_core(cur);
+  build_heads(recurrent() ? Shape{spec_.lstm_hidden} : cur);
+}
+
+void Net::build_core(const Shape& torso_out) {
+  if (spec_.lstm_hidden < 0) {
+    fail("lstm_hidden must be >= 0 (0: no LSTM core), got " + std::to_string(spec_.lstm_hidden));
+  }
+  if (!recurrent()) return;
+  if (torso_out.size() != 1) {
+    fail("the LSTM core expects flat features (F,), but the last layer outputs " +
+         shape_str(torso_out) + ": add a Flatten layer before it");
+  }
+  const int64_t h = spec_.lstm_hidden, index = static_cast<int64_t>(spec_.layers.size());
+  core_in_ = torso_out[0];
+  core_wx_ = add_param("core.weight_ih", "weight", {core_in_, 4 * h}, index, false);
+  core_wh_ = add_param("core.weight_hh", "weight", {h, 4 * h}, index, false);
+  core_b_ = add_param("core.bias", "bias", {4 * h}, index, false);
+  flops_per_sample_ += 2.0 * (core_in_ + h) * 4 * h + 12.0 * h;
+  max_activation_ = std::max(max_activation_, h);
 }
 
 void Net::check_input() const {
@@ -389,12 +412,32 @@ void Net::build_heads(const Shape& features) {
 
 Net::~Net() = default;
 
-void Net::run_forward(const float* params, const void* input, int64_t batch, float* out,
+size_t Net::core_slot(size_t k) const { return kActBase + layers_.size() + 1 + k; }
+
+namespace {
+// LSTM workspace slots, after the activations (Net::core_slot).
+enum : size_t { kCoreH = 0, kCoreGates, kCoreHPrev, kCoreCPrev, kCoreC, kCoreTanhC, kCoreResets,
+                kCoreDGates, kCoreDState };
+}  // namespace
+
+void Net::run_forward(const float* params, const void* input, const SeqArgs& seq, float* out,
                       Workspace& ws) const {
-  if (batch <= 0) fail("batch size must be >= 1, got " + std::to_string(batch));
+  if (seq.steps <= 0 || seq.seqs <= 0) {
+    fail("a sequence needs steps >= 1 and seqs >= 1, got steps=" + std::to_string(seq.steps) +
+         " seqs=" + std::to_string(seq.seqs));
+  }
+  ws.batch = seq.steps * seq.seqs;
+  ws.steps = seq.steps;
+  run_torso(params, input, ws);
+  ws.feat = ws.act[layers_.size()];
+  if (recurrent()) run_core(params, seq, ws);
+  run_heads(params, out, ws);
+}
+
+void Net::run_torso(const float* params, const void* input, Workspace& ws) const {
+  const int64_t batch = ws.batch;
   const size_t L = layers_.size();
   ws.act.resize(L + 1);
-  ws.batch = batch;
 
   // Input -> float activation 0 (uint8 frames are converted and scaled here, natively).
   const int64_t n_in = batch * input_size();
@@ -445,10 +488,32 @@ void Net::run_forward(const float* params, const void* input, int64_t batch, flo
     }
     ws.act[i + 1] = y;
   }
+}
 
-  // Heads: one GEMM each, written straight into their columns of `out`.
-  const float* feat = ws.act[L];
-  ConstMatMap F(feat, batch, feature_size_);
+void Net::run_core(const float* params, const SeqArgs& seq, Workspace& ws) const {
+  const int64_t rows = ws.batch, h = spec_.lstm_hidden;
+  const lstm::LstmDims d{seq.steps, seq.seqs, core_in_, h};
+  const lstm::LstmTape tape{ws.get(core_slot(kCoreGates), rows * 4 * h),
+                            ws.get(core_slot(kCoreHPrev), rows * h),
+                            ws.get(core_slot(kCoreCPrev), rows * h),
+                            ws.get(core_slot(kCoreC), rows * h),
+                            ws.get(core_slot(kCoreTanhC), rows * h)};
+  // The resets are copied: backward needs them after the caller's array may be gone.
+  ws.resets = nullptr;
+  if (seq.resets != nullptr) {
+    ws.resets = reinterpret_cast<uint8_t*>(ws.get(core_slot(kCoreResets), (rows + 3) / 4));
+    for (int64_t i = 0; i < rows; ++i) ws.resets[i] = seq.resets[i] != 0;
+  }
+  float* out_h = ws.get(core_slot(kCoreH), rows * h);
+  lstm::forward(d, ws.act[layers_.size()], params + core_wx_, params + core_wh_, params + core_b_,
+                seq.state0, ws.resets, out_h, tape, seq.state_out);
+  ws.feat = out_h;
+}
+
+void Net::run_heads(const float* params, float* out, Workspace& ws) const {
+  // One GEMM each, written straight into their columns of `out`.
+  const int64_t batch = ws.batch;
+  ConstMatMap F(ws.feat, batch, feature_size_);
   for (const OutputInfo& o : outputs_) {
     StridedMap Y(out + o.begin, batch, o.size, Eigen::OuterStride<>(output_size_));
     if (o.log_std) {
@@ -461,15 +526,31 @@ void Net::run_forward(const float* params, const void* input, int64_t batch, flo
 }
 
 void Net::forward(const float* params, const void* input, int64_t batch, float* out) const {
-  Lease lease(pool_);
-  run_forward(params, input, batch, out, *lease.ws);
+  SeqArgs seq;
+  seq.seqs = batch;
+  forward_seq(params, input, seq, out);
 }
 
 std::unique_ptr<Tape> Net::forward_train(const float* params, const void* input, int64_t batch,
                                          float* out) const {
+  SeqArgs seq;
+  seq.seqs = batch;
+  return forward_train_seq(params, input, seq, out);
+}
+
+void Net::forward_seq(const float* params, const void* input, const SeqArgs& seq,
+                      float* out) const {
   Lease lease(pool_);
-  run_forward(params, input, batch, out, *lease.ws);
-  return std::make_unique<Tape>(pool_, std::move(lease.ws), batch);
+  run_forward(params, input, seq, out, *lease.ws);
+}
+
+std::unique_ptr<Tape> Net::forward_train_seq(const float* params, const void* input,
+                                             const SeqArgs& seq, float* out) const {
+  Lease lease(pool_);
+  run_forward(params, input, seq, out, *lease.ws);
+  auto tape = std::make_unique<Tape>(pool_, std::move(lease.ws), seq.steps * seq.seqs);
+  tape->steps_ = seq.steps;
+  return tape;
 }
 
 void Net::backward(const float* params, const Tape& tape, const float* dout, float* grad,
@@ -478,14 +559,22 @@ void Net::backward(const float* params, const Tape& tape, const float* dout, flo
   Workspace& ws = *tape.ws_;
   const int64_t batch = tape.batch_;
   if (!accumulate) std::memset(grad, 0, sizeof(float) * num_params_);
-
   float* g[2] = {ws.get(kGradA, batch * max_activation_), ws.get(kGradB, batch * max_activation_)};
+  heads_backward(params, dout, grad, g[0], ws);
+  if (recurrent()) {
+    if (core_backward(params, g[0], grad, layers_.empty() ? nullptr : g[1], ws) == nullptr) return;
+    torso_backward(params, g[1], g[0], grad, ws);
+  } else {
+    torso_backward(params, g[0], g[1], grad, ws);
+  }
+}
 
-  // Heads: parameter gradients, and the feature gradient summed over heads.
-  const size_t L = layers_.size();
-  const float* feat = ws.act[L];
-  ConstMatMap F(feat, batch, feature_size_);
-  Eigen::Map<RowMat> DF(g[0], batch, feature_size_);
+// Parameter gradients of the heads, and the feature gradient summed over heads into dfeat.
+void Net::heads_backward(const float* params, const float* dout, float* grad, float* dfeat,
+                         Workspace& ws) const {
+  const int64_t batch = ws.batch;
+  ConstMatMap F(ws.feat, batch, feature_size_);
+  Eigen::Map<RowMat> DF(dfeat, batch, feature_size_);
   DF.setZero();
   for (const OutputInfo& o : outputs_) {
     ConstStridedMap DY(dout + o.begin, batch, o.size, Eigen::OuterStride<>(output_size_));
@@ -501,10 +590,33 @@ void Net::backward(const float* params, const Tape& tape, const float* dout, flo
                             output_size_);
     DF.noalias() += DY * ConstMatMap(w, feature_size_, o.size).transpose();
   }
+}
 
-  // Torso, last layer first. dy lives in one scratch buffer, dx goes to the other.
-  float* dy = g[0];
-  for (size_t k = L; k-- > 0;) {
+// Backpropagation through time of the LSTM core; returns dx (the torso output's gradient), or
+// null when there is no torso to continue into.
+const float* Net::core_backward(const float* params, float* dh, float* grad, float* dx,
+                                Workspace& ws) const {
+  const int64_t rows = ws.batch, h = spec_.lstm_hidden, seqs = rows / ws.steps;
+  const lstm::LstmDims d{ws.steps, seqs, core_in_, h};
+  const lstm::LstmTape tape{ws.get(core_slot(kCoreGates), rows * 4 * h),
+                            ws.get(core_slot(kCoreHPrev), rows * h),
+                            ws.get(core_slot(kCoreCPrev), rows * h),
+                            ws.get(core_slot(kCoreC), rows * h),
+                            ws.get(core_slot(kCoreTanhC), rows * h)};
+  float* dgates = ws.get(core_slot(kCoreDGates), rows * 4 * h);
+  float* dstate = ws.get(core_slot(kCoreDState), seqs * 2 * h);
+  lstm::backward(d, ws.act[layers_.size()], params + core_wx_, params + core_wh_, ws.resets, tape,
+                 dh, dgates, dstate, dx, grad + core_wx_, grad + core_wh_, grad + core_b_);
+  return dx;
+}
+
+// The torso, last layer first: dy holds the gradient of the torso's output, `other` is scratch
+// of the same size; they swap roles layer by layer.
+void Net::torso_backward(const float* params, float* dy, float* other, float* grad,
+                         Workspace& ws) const {
+  const int64_t batch = ws.batch;
+  float* g[2] = {dy, other};
+  for (size_t k = layers_.size(); k-- > 0;) {
     const Layer& l = layers_[k];
     const bool need_dx = k > 0;
     if (l.kind == LayerKind::Flatten) continue;  // same memory, same gradient
