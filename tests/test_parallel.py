@@ -94,7 +94,8 @@ def random_batch(rng: np.random.Generator, net: rlpar.Net, params: np.ndarray, T
     return Batch(
         obs=obs, actions=actions, rewards=rng.standard_normal((T, N)).astype(np.float32),
         terminated=terminated, truncated=truncated, mask=mask, behaviour=behaviour,
-        versions=np.array([3, 4]), policy_lag=np.array([1, 0]), learner_version=5,
+        core_state=net.initial_state(N), versions=np.array([3, 4]), policy_lag=np.array([1, 0]),
+        learner_version=5,
     )  # fmt: skip
 
 
@@ -293,7 +294,8 @@ def test_sharded_conv_step_matches_one_thread() -> None:
     batch = Batch(
         obs=obs, actions=rng.integers(0, 3, (T, N)), rewards=np.ones((T, N), np.float32),
         terminated=np.zeros((T, N), bool), truncated=np.zeros((T, N), bool),
-        mask=np.ones((T, N), bool), behaviour=out[:T].copy(), versions=np.array([1]),
+        mask=np.ones((T, N), bool), behaviour=out[:T].copy(), core_state=net.initial_state(N),
+        versions=np.array([1]),
         policy_lag=np.array([0]), learner_version=1,
     )  # fmt: skip
 
