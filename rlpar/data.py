@@ -165,13 +165,15 @@ class Batch:
             for cols in even_slices(self.num_columns, min(parts, self.num_columns))
         ]
 
-    def core_args(self) -> dict[str, np.ndarray]:
-        """Keyword arguments of ``Net.forward_train`` on ``obs`` reshaped to ``[(T + 1) N, ...]``:
-        ``state`` (``core_state``) and ``resets`` (`episode_starts` of ``mask``) for a recurrent
-        net, nothing for a feed-forward one (``state_size`` 0)."""
+    def core_args(self, bootstrap: bool = True) -> dict[str, np.ndarray]:
+        """Keyword arguments of ``Net.forward_train`` on ``obs`` reshaped to ``[(T + 1) N, ...]``
+        (``bootstrap=False``: on ``obs[:-1]``, ``[T N, ...]``): ``state`` (``core_state``) and
+        ``resets`` (`episode_starts` of ``mask``) for a recurrent net, nothing for a
+        feed-forward one (``state_size`` 0)."""
         if self.core_state.shape[1] == 0:
             return {}
-        return {"state": self.core_state, "resets": episode_starts(self.mask)}
+        starts = episode_starts(self.mask)
+        return {"state": self.core_state, "resets": starts if bootstrap else starts[:-1]}
 
     @property
     def unroll_length(self) -> int:

@@ -156,7 +156,7 @@ class LSTM:
     forget_bias: float = 1.0
 
     def __post_init__(self) -> None:
-        _positive_int("LSTM", "hidden", self.hidden)
+        check_int("LSTM.hidden", self.hidden, minimum=1)
         if not math.isfinite(self.forget_bias):
             raise ValueError(f"LSTM.forget_bias must be finite, got {self.forget_bias}")
 

@@ -168,7 +168,7 @@ def test_errors_name_what_was_expected() -> None:
         net.forward(params, obs, state=bad, check_finite=True)
     with pytest.raises(TypeError, match="core must be an LSTM or None, got int"):
         NetSpec(input_shape=(D,), heads=[Value()], core=4)
-    with pytest.raises(ValueError, match=r"LSTM\.hidden must be >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"LSTM\.hidden: expected an integer >= 1, got 0"):
         LSTM(0)
 
 

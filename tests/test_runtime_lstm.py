@@ -114,6 +114,9 @@ def test_batch_stacks_and_splits_the_state_by_env() -> None:
     shards = batch.split(2)
     np.testing.assert_array_equal(shards[1].core_state, batch.core_state[3:])
     assert shards[1].core_args()["resets"].shape == (8, 3)
+    np.testing.assert_array_equal(
+        shards[1].core_args(bootstrap=False)["resets"], shards[1].core_args()["resets"][:-1]
+    )
 
 
 @pytest.mark.parametrize("name", ["impala", "a3c"])
