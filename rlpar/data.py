@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -125,10 +126,10 @@ class Batch:
     truncated: np.ndarray
     mask: np.ndarray
     behaviour: np.ndarray
-    core_state: np.ndarray
     versions: np.ndarray
     policy_lag: np.ndarray
     learner_version: int
+    core_state: np.ndarray | None = None
 
     @classmethod
     def stack(cls, rollouts: Sequence[Rollout], learner_version: int) -> Batch:
@@ -157,6 +158,7 @@ class Batch:
                         getattr(self, name)[(slice(None),) * _ENV_AXIS[name] + (cols,)]
                     )
                     for name in ARRAY_FIELDS
+                    if getattr(self, name) is not None
                 },
                 versions=self.versions,
                 policy_lag=self.policy_lag,
@@ -165,12 +167,12 @@ class Batch:
             for cols in even_slices(self.num_columns, min(parts, self.num_columns))
         ]
 
-    def core_args(self, bootstrap: bool = True) -> dict[str, np.ndarray]:
+    def core_args(self, bootstrap: bool = True) -> dict[str, Any]:
         """Keyword arguments of ``Net.forward_train`` on ``obs`` reshaped to ``[(T + 1) N, ...]``
         (``bootstrap=False``: on ``obs[:-1]``, ``[T N, ...]``): ``state`` (``core_state``) and
         ``resets`` (`episode_starts` of ``mask``) for a recurrent net, nothing for a
         feed-forward one (``state_size`` 0)."""
-        if self.core_state.shape[1] == 0:
+        if self.core_state is None or self.core_state.shape[1] == 0:
             return {}
         starts = episode_starts(self.mask)
         return {"state": self.core_state, "resets": starts if bootstrap else starts[:-1]}

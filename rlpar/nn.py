@@ -437,8 +437,8 @@ class Net(_native.Net):
         params = aligned_zeros(self.num_params)
         for name, role, offset, shape, index, in_head in self.param_info:
             size = math.prod(shape)
-            if name.startswith("core."):
-                self._init_core(params[offset : offset + size], name, shape, rng)
+            if self.spec.core is not None and name.startswith("core."):
+                self._init_core(params[offset : offset + size], name, shape, self.spec.core, rng)
             elif role == "weight":
                 owner = self.spec.heads[index] if in_head else self.spec.layers[index]
                 gain = getattr(owner, "init_gain", None)
@@ -451,13 +451,14 @@ class Net(_native.Net):
                 params[offset : offset + size] = self.spec.heads[index].init_log_std
         return params
 
+    @staticmethod
     def _init_core(
-        self, view: np.ndarray, name: str, shape: tuple[int, ...], rng: np.random.Generator
+        view: np.ndarray, name: str, shape: tuple[int, ...], core: LSTM, rng: np.random.Generator
     ) -> None:
         """LSTM: each gate's weight block orthogonal (gain 1), biases 0 but the forget gate's."""
         hidden = shape[-1] // 4
         if name == "core.bias":
-            view[hidden : 2 * hidden] = self.spec.core.forget_bias
+            view[hidden : 2 * hidden] = core.forget_bias
             return
         w = view.reshape(shape)
         for k in range(4):

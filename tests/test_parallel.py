@@ -94,8 +94,7 @@ def random_batch(rng: np.random.Generator, net: rlpar.Net, params: np.ndarray, T
     return Batch(
         obs=obs, actions=actions, rewards=rng.standard_normal((T, N)).astype(np.float32),
         terminated=terminated, truncated=truncated, mask=mask, behaviour=behaviour,
-        core_state=net.initial_state(N), versions=np.array([3, 4]), policy_lag=np.array([1, 0]),
-        learner_version=5,
+        versions=np.array([3, 4]), policy_lag=np.array([1, 0]), learner_version=5,
     )  # fmt: skip
 
 
@@ -294,8 +293,7 @@ def test_sharded_conv_step_matches_one_thread() -> None:
     batch = Batch(
         obs=obs, actions=rng.integers(0, 3, (T, N)), rewards=np.ones((T, N), np.float32),
         terminated=np.zeros((T, N), bool), truncated=np.zeros((T, N), bool),
-        mask=np.ones((T, N), bool), behaviour=out[:T].copy(), core_state=net.initial_state(N),
-        versions=np.array([1]),
+        mask=np.ones((T, N), bool), behaviour=out[:T].copy(), versions=np.array([1]),
         policy_lag=np.array([0]), learner_version=1,
     )  # fmt: skip
 

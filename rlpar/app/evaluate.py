@@ -153,7 +153,9 @@ def _play(
     lengths: list[int] = []
     # A recurrent net carries its state; it restarts after each env's reset step (rlpar.data).
     starts = np.zeros(k, bool)
-    core = {"state": net.initial_state(k), "resets": starts} if net.recurrent else {}
+    core: dict[str, Any] = (
+        {"state": net.initial_state(k), "resets": starts} if net.recurrent else {}
+    )
     obs, _ = envs.reset(seed=seed)
     while (finished < quota).any():
         out = net.forward(params, np.asarray(obs, dtype), **core)

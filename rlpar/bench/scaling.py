@@ -144,8 +144,7 @@ def _synthetic_batch(
         rewards=rng.standard_normal((t1 - 1, n)).astype(np.float32),
         terminated=done & mask, truncated=np.zeros_like(done), mask=mask,
         behaviour=out[:-1] + 0.1 * rng.standard_normal(out[:-1].shape).astype(np.float32),
-        core_state=net.initial_state(n), versions=np.zeros(1, np.int64),
-        policy_lag=np.zeros(1, np.int64), learner_version=1,
+        versions=np.zeros(1, np.int64), policy_lag=np.zeros(1, np.int64), learner_version=1,
     )  # fmt: skip
 
 
