@@ -3,7 +3,7 @@ native actor-critic loss. Written against the public `rlpar` API only."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -26,9 +26,15 @@ class NetConfig:
     """Width of the Linear layer after the conv torso."""
     init_log_std: float = 0.0
     """Initial log standard deviation of a Gaussian policy."""
+    lstm: int = 0
+    """Width of an LSTM core between the torso and the heads (0: none, a feed-forward policy).
+    Actors carry its state; the learner backpropagates through each unroll from the state the
+    actor stored at its start."""
 
     def __post_init__(self) -> None:
         rlpar.check_field_types(self)
+        if self.lstm < 0:
+            raise rlpar.ConfigError(f"lstm: expected an integer >= 0, got {self.lstm!r}")
         if self.activation not in ("tanh", "relu"):
             raise rlpar.ConfigError(
                 f"activation: expected 'tanh' or 'relu', got {self.activation!r}"
@@ -46,7 +52,13 @@ def policy_head(action_space: gym.Space, cfg: NetConfig) -> rlpar.Categorical | 
 def actor_critic_spec(
     obs_space: gym.Space, action_space: gym.Space, cfg: NetConfig
 ) -> rlpar.NetSpec:
-    """MLP for vector observations, conv torso for images [H, W, C]; policy head + value head."""
+    """MLP for vector observations, conv torso for images [H, W, C]; an LSTM core when
+    ``cfg.lstm``; policy head + value head."""
+    spec = _torso_spec(obs_space, action_space, cfg)
+    return replace(spec, core=rlpar.LSTM(cfg.lstm)) if cfg.lstm else spec
+
+
+def _torso_spec(obs_space: gym.Space, action_space: gym.Space, cfg: NetConfig) -> rlpar.NetSpec:
     heads = [policy_head(action_space, cfg), rlpar.Value()]
     if not isinstance(obs_space, gym.spaces.Box):
         raise ValueError(f"unsupported observation space {obs_space}: expected a Box")
@@ -219,7 +231,8 @@ def _forward_loss(
     t_len, n = batch.rewards.shape
     rewards = batch.rewards if reward_scale == 1.0 else batch.rewards * np.float32(reward_scale)
     obs = batch.obs.reshape((t_len + 1) * n, *batch.obs.shape[2:])
-    out, tape = net.forward_train(params, obs)
+    # A recurrent net re-runs the unroll from the actor's stored state (truncated BPTT).
+    out, tape = net.forward_train(params, obs, **batch.core_args())
     try:
         dout, metrics = rlpar.actor_critic_loss(
             out.reshape(t_len + 1, n, -1),

@@ -5,6 +5,8 @@ Importing this package registers (once; importing again is harmless)::
     rlpar/CartPole-v1   gymnasium's CartPole-v1 dynamics, float32 [4], Discrete(2), 500 steps
     rlpar/Acrobot-v1    gymnasium's Acrobot-v1 dynamics, float32 [6], Discrete(3), 500 steps
     rlpar/Catch-v0      bsuite's Catch, uint8 frames [10, 10, 1], Discrete(3), 9 steps
+    rlpar/MemoryChain-v0  remember a cue over 8 steps, float32 [4], Discrete(2), 10 steps (Python;
+                          a feed-forward policy scores 0, a memory 1: envs/memory.py)
 
 so that both ``gymnasium.make(id)`` (one env) and ``gymnasium.make_vec(id, num_envs=K)`` (K
 envs stepped in one native call) work, and rlpar configs can name them
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import gymnasium
 
+from .memory import MemoryChainEnv
 from .native import (
     AcrobotEnv,
     AcrobotVectorEnv,
@@ -37,9 +40,11 @@ __all__ = [
     "CatchEnv",
     "CatchVectorEnv",
     "CategoricalSampler",
+    "MemoryChainEnv",
     "NativeEnv",
     "NativeVectorEnv",
     "register_envs",
+    "register_memory_envs",
 ]
 
 # id -> (single-env class, vector class, time limit, reward threshold), thresholds as gymnasium's
@@ -65,4 +70,15 @@ def register_envs() -> None:
         )
 
 
+def register_memory_envs() -> None:
+    """Register the Python memory task (``kwargs`` such as ``delay`` go to `MemoryChainEnv`)."""
+    if "rlpar/MemoryChain-v0" not in gymnasium.registry:
+        gymnasium.register(
+            id="rlpar/MemoryChain-v0",
+            entry_point=f"{__name__}.memory:MemoryChainEnv",
+            reward_threshold=0.9,
+        )
+
+
 register_envs()
+register_memory_envs()

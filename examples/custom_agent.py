@@ -53,7 +53,10 @@ class Reinforce(rlpar.Agent):
 
     def learn(self, net, state, batch):  # batch arrays are [T, N, ...]; obs has T + 1 rows
         T, N = batch.rewards.shape
-        out, tape = net.forward_train(state.params, batch.obs.reshape((T + 1) * N, -1))
+        obs = batch.obs.reshape((T + 1) * N, -1)  # time-major rows
+        # A recurrent net (NetSpec.core) needs the state each column's unroll started from and
+        # the episode starts in it; core_args() gives them, and nothing for a feed-forward net.
+        out, tape = net.forward_train(state.params, obs, **batch.core_args())
         try:
             heads = net.split(out)
             logits = heads["logits"].reshape(T + 1, N, -1)[:T]

@@ -35,6 +35,7 @@ from rlpar.config import ConfigError, EnvConfig, EvalConfig, RuntimeConfig, chec
 from rlpar.data import Batch, Rollout
 from rlpar.losses import actor_critic_loss
 from rlpar.nn import (
+    LSTM,
     Categorical,
     Conv2d,
     Flatten,
@@ -70,6 +71,7 @@ from rlpar.snapshot import Snapshot, SnapshotStore
 __version__ = "0.1.0"
 
 __all__ = [
+    "LSTM",
     "SGD",
     "Adam",
     "Agent",

@@ -334,6 +334,7 @@ class EvalConfig:
     as 16, so 100 episodes take one episode's time."""
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         _check(self.episodes >= 0, "episodes", "an integer >= 0", self.episodes)
         _check(
             self.episodes >= 1 or not self.check_target,

@@ -11,19 +11,26 @@ observation, and step ``t + 1`` is the env's reset step (the action is ignored, 
 a return or a trace across a step where ``terminated | truncated``. No fake transition crosses
 an episode boundary. Both flags can be set at once (a time limit hit on the terminal step):
 termination wins, there is no bootstrap.
+
+Recurrent nets (an `rlpar.LSTM` core): ``core_state`` is the core's state fed into step 0 of the
+unroll, one row per env. Inside the unroll the state is zeroed where an episode starts: at step
+``t >= 1`` when step ``t - 1`` was the env's reset step (``mask[t - 1]`` False: ``obs[t]`` is a
+new episode's first observation), which is `episode_starts`. A learner re-runs the unroll from
+``core_state`` with those resets (`Batch.core_args`), so it sees what the actor saw.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
 from rlpar._checks import check_int
 from rlpar.parallel import even_slices
 
-__all__ = ["ARRAY_FIELDS", "Batch", "Rollout"]
+__all__ = ["ARRAY_FIELDS", "Batch", "Rollout", "episode_starts"]
 
 
 @dataclass
@@ -36,6 +43,8 @@ class Rollout:
     - ``terminated``, ``truncated``: [T, K] bool, the episode ended after step t
     - ``mask``: [T, K] bool, False on the env's autoreset step
     - ``behaviour``: [T, K, output_size] float32, the net outputs the actions were drawn from
+    - ``core_state``: [K, state_size] float32, a recurrent net's state fed into step 0
+      (``state_size`` 0 for a feed-forward net)
     - ``version``: the parameter snapshot version used for the whole unroll
     - ``actor``, ``seq``: which actor produced it and its running count there
     - ``ended``: (return, length) of the episodes that ended in it, deterministic mode only
@@ -49,6 +58,7 @@ class Rollout:
     truncated: np.ndarray
     mask: np.ndarray
     behaviour: np.ndarray
+    core_state: np.ndarray
     version: int = 0
     actor: int = 0
     seq: int = 0
@@ -65,6 +75,7 @@ class Rollout:
         action_dtype: np.dtype,
         output_size: int,
         actor: int = 0,
+        state_size: int = 0,
     ) -> Rollout:
         t, k = unroll_length, num_envs
         return cls(
@@ -75,6 +86,7 @@ class Rollout:
             truncated=np.zeros((t, k), bool),
             mask=np.zeros((t, k), bool),
             behaviour=np.zeros((t, k, output_size), np.float32),
+            core_state=np.zeros((k, state_size), np.float32),
             actor=actor,
         )
 
@@ -86,6 +98,17 @@ class Rollout:
 
 _SCALARS = ("version", "actor", "seq", "ended")
 ARRAY_FIELDS = tuple(f.name for f in fields(Rollout) if f.name not in _SCALARS)
+# The env (column) axis of each array: time comes first, except in the per-env core state.
+_ENV_AXIS = {name: 0 if name == "core_state" else 1 for name in ARRAY_FIELDS}
+
+
+def episode_starts(mask: np.ndarray) -> np.ndarray:
+    """Where a recurrent state restarts from zeros: bool ``[T + 1, N]`` for the ``T + 1``
+    observations of an unroll with ``mask [T, N]``: False at step 0 (the stored state is already
+    the one fed in), ``~mask[t - 1]`` at step ``t`` (a new episode's first observation)."""
+    starts = np.zeros((mask.shape[0] + 1, *mask.shape[1:]), bool)
+    np.logical_not(mask, out=starts[1:])
+    return starts
 
 
 @dataclass
@@ -106,12 +129,13 @@ class Batch:
     versions: np.ndarray
     policy_lag: np.ndarray
     learner_version: int
+    core_state: np.ndarray | None = None
 
     @classmethod
     def stack(cls, rollouts: Sequence[Rollout], learner_version: int) -> Batch:
         """Concatenate rollouts along the env axis (copies: the rollouts go back to the actors)."""
         arrays = {
-            name: np.concatenate([getattr(r, name) for r in rollouts], axis=1)
+            name: np.concatenate([getattr(r, name) for r in rollouts], axis=_ENV_AXIS[name])
             for name in ARRAY_FIELDS
         }
         versions = np.array([r.version for r in rollouts], np.int64)
@@ -130,8 +154,11 @@ class Batch:
         return [
             Batch(
                 **{
-                    name: np.ascontiguousarray(getattr(self, name)[:, cols])
+                    name: np.ascontiguousarray(
+                        getattr(self, name)[(slice(None),) * _ENV_AXIS[name] + (cols,)]
+                    )
                     for name in ARRAY_FIELDS
+                    if getattr(self, name) is not None
                 },
                 versions=self.versions,
                 policy_lag=self.policy_lag,
@@ -139,6 +166,16 @@ class Batch:
             )
             for cols in even_slices(self.num_columns, min(parts, self.num_columns))
         ]
+
+    def core_args(self, bootstrap: bool = True) -> dict[str, Any]:
+        """Keyword arguments of ``Net.forward_train`` on ``obs`` reshaped to ``[(T + 1) N, ...]``
+        (``bootstrap=False``: on ``obs[:-1]``, ``[T N, ...]``): ``state`` (``core_state``) and
+        ``resets`` (`episode_starts` of ``mask``) for a recurrent net, nothing for a
+        feed-forward one (``state_size`` 0)."""
+        if self.core_state is None or self.core_state.shape[1] == 0:
+            return {}
+        starts = episode_starts(self.mask)
+        return {"state": self.core_state, "resets": starts if bootstrap else starts[:-1]}
 
     @property
     def unroll_length(self) -> int:

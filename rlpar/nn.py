@@ -34,6 +34,7 @@ from rlpar import _native
 from rlpar._checks import check_int
 
 __all__ = [
+    "LSTM",
     "Categorical",
     "Conv2d",
     "Flatten",
@@ -141,6 +142,25 @@ class PyLayer:
 
 Layer = Linear | Conv2d | ReLU | Tanh | Flatten | PyLayer
 
+
+@dataclass(frozen=True)
+class LSTM:
+    """A recurrent core between the torso and the heads: ``[T N, F] -> [T N, hidden]``.
+
+    Gates ``[i, f, g, o]``; parameters ``core.weight_ih [F, 4 hidden]``, ``core.weight_hh
+    [hidden, 4 hidden]``, ``core.bias [4 hidden]`` (forget-gate bias initialised to
+    ``forget_bias``). The state of one sequence is ``[h, c]``: float32 ``[2 hidden]``.
+    """
+
+    hidden: int
+    forget_bias: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_int("LSTM.hidden", self.hidden, minimum=1)
+        if not math.isfinite(self.forget_bias):
+            raise ValueError(f"LSTM.forget_bias must be finite, got {self.forget_bias}")
+
+
 # -------------------------------------------------------------------------------------- heads
 
 
@@ -197,6 +217,7 @@ class NetSpec:
     ``input_shape``: per-sample shape, ``(D,)`` or ``(H, W, C)``.
     ``input_dtype``: ``"float32"``, or ``"uint8"`` for frames converted and scaled natively.
     ``input_scale``: multiplies every input; default 1/255 for uint8 and 1 for float32.
+    ``core``: an `LSTM` after the layers and before the heads (None: feed-forward).
     """
 
     input_shape: tuple[int, ...]
@@ -204,8 +225,11 @@ class NetSpec:
     heads: Sequence[Head] = field(default_factory=tuple)
     input_dtype: Literal["float32", "uint8"] = "float32"
     input_scale: float | None = None
+    core: LSTM | None = None
 
     def __post_init__(self) -> None:
+        if self.core is not None and not isinstance(self.core, LSTM):
+            raise TypeError(f"core must be an LSTM or None, got {type(self.core).__name__}")
         shape = tuple(self.input_shape)
         if len(shape) not in (1, 3):
             raise ValueError(f"input_shape must be (D,) or (H, W, C), got {shape}")
@@ -317,10 +341,17 @@ class Net(_native.Net):
 
     Methods implemented natively (GIL released above the work threshold):
 
-    - ``forward(params, obs, out=None, release_gil=None, check_finite=False) -> out``:
-      ``params`` float32 ``[num_params]``, ``obs`` ``[B, *input_shape]`` of the input dtype,
-      ``out`` float32 ``[B, output_size]``.
-    - ``forward_train(...)`` -> ``(out, tape)``: the same, keeping activations in ``tape``.
+    - ``forward(params, obs, out=None, release_gil=None, check_finite=False, *, state=None,
+      resets=None) -> out``: ``params`` float32 ``[num_params]``, ``obs`` ``[B, *input_shape]``
+      of the input dtype, ``out`` float32 ``[B, output_size]``. A recurrent net (``spec.core``)
+      needs ``state`` float32 ``[B, state_size]``: one step of B sequences, the state is read
+      and overwritten in place with the state after the step; ``resets`` bool ``[B]`` zeroes
+      the state of the rows where an episode starts first.
+    - ``forward_train(...)`` -> ``(out, tape)``: the same, keeping activations in ``tape``. For a
+      recurrent net ``obs`` is ``T`` steps of ``N`` sequences, time-major ``[T N, ...]``,
+      ``state`` ``[N, state_size]`` is the state before step 0 (only read), ``resets`` bool
+      ``[T, N]`` the episode starts; backward then runs back through the T steps (truncated:
+      no gradient into ``state``).
     - ``backward(tape, dout, grad=None, accumulate=False, release_gil=None, check_finite=False)
       -> grad``: ``dout`` float32 ``[B, output_size]``, ``grad`` float32 ``[num_params]``
       (overwritten, or added to with ``accumulate=True``).
@@ -340,8 +371,14 @@ class Net(_native.Net):
             spec.scale,
             [_native_layer(layer) for layer in spec.layers],
             [_native_head(head) for head in spec.heads],
+            0 if spec.core is None else spec.core.hidden,
         )
         self.spec = spec
+
+    def initial_state(self, n: int) -> np.ndarray:
+        """The recurrent state at an episode start: float32 zeros ``[n, state_size]``
+        (``[n, 0]`` for a feed-forward net)."""
+        return np.zeros((n, self.state_size), np.float32)
 
     @property
     def output_slices(self) -> dict[str, slice]:
@@ -398,9 +435,11 @@ class Net(_native.Net):
         """
         rng = np.random.default_rng(seed)
         params = aligned_zeros(self.num_params)
-        for _name, role, offset, shape, index, in_head in self.param_info:
+        for name, role, offset, shape, index, in_head in self.param_info:
             size = math.prod(shape)
-            if role == "weight":
+            if self.spec.core is not None and name.startswith("core."):
+                self._init_core(params[offset : offset + size], name, shape, self.spec.core, rng)
+            elif role == "weight":
                 owner = self.spec.heads[index] if in_head else self.spec.layers[index]
                 gain = getattr(owner, "init_gain", None)
                 gain = math.sqrt(2.0) if gain is None else gain
@@ -411,6 +450,19 @@ class Net(_native.Net):
             elif role == "log_std":
                 params[offset : offset + size] = self.spec.heads[index].init_log_std
         return params
+
+    @staticmethod
+    def _init_core(
+        view: np.ndarray, name: str, shape: tuple[int, ...], core: LSTM, rng: np.random.Generator
+    ) -> None:
+        """LSTM: each gate's weight block orthogonal (gain 1), biases 0 but the forget gate's."""
+        hidden = shape[-1] // 4
+        if name == "core.bias":
+            view[hidden : 2 * hidden] = core.forget_bias
+            return
+        w = view.reshape(shape)
+        for k in range(4):
+            w[:, k * hidden : (k + 1) * hidden] = _orthogonal(rng, shape[0], hidden, 1.0)
 
     def value_and_grad(
         self,

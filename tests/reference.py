@@ -103,6 +103,61 @@ def forward(
     return heads_forward(spec, param_info, params, features)
 
 
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def lstm_sequence(
+    x: np.ndarray,
+    wx: np.ndarray,
+    wh: np.ndarray,
+    b: np.ndarray,
+    state0: np.ndarray,
+    resets: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``x [T, N, F]``, ``state0 [N, 2H]`` (``[h, c]``), ``resets [T, N]`` -> (``h [T, N, H]``,
+    state after the last step ``[N, 2H]``). One step at a time, gates ``[i, f, g, o]``:
+    the state is zeroed where an episode starts, then ``c = f c + i g``, ``h = o tanh(c)``."""
+    hidden = wh.shape[0]
+    h, c = state0[:, :hidden].copy(), state0[:, hidden:].copy()
+    outs = []
+    for t in range(x.shape[0]):
+        keep = ~resets[t, :, None]
+        h, c = h * keep, c * keep
+        a = x[t] @ wx + h @ wh + b
+        i, f = sigmoid(a[:, :hidden]), sigmoid(a[:, hidden : 2 * hidden])
+        g, o = np.tanh(a[:, 2 * hidden : 3 * hidden]), sigmoid(a[:, 3 * hidden :])
+        c = f * c + i * g
+        h = o * np.tanh(c)
+        outs.append(h)
+    return np.stack(outs), np.concatenate([h, c], axis=1)
+
+
+def recurrent_forward(
+    spec: rlpar.NetSpec,
+    param_info: ParamInfo,
+    params: np.ndarray,
+    obs: np.ndarray,
+    state0: np.ndarray,
+    resets: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A net with an LSTM core on ``obs [T, N, *input_shape]``: (``out [T, N, output_size]``,
+    state after the last step ``[N, 2H]``)."""
+    t_len, n = resets.shape
+    torso = activations(spec, param_info, params, obs.reshape(t_len * n, *obs.shape[2:]))[-1]
+    p = unpack(param_info, params)
+    h, state = lstm_sequence(
+        torso.reshape(t_len, n, -1),
+        p["core.weight_ih"],
+        p["core.weight_hh"],
+        p["core.bias"],
+        np.asarray(state0, np.float64),
+        resets,
+    )
+    out = heads_forward(spec, param_info, params, h.reshape(t_len * n, -1))
+    return out.reshape(t_len, n, -1), state
+
+
 def numerical_grad(f, params: np.ndarray, coords: Sequence[int] | None = None, eps: float = 1e-6):
     """Central differences of the scalar ``f(params float64)`` at ``coords`` (default: all)."""
     p = np.asarray(params, np.float64).copy()

@@ -89,6 +89,8 @@ def test_bench_net_json_has_the_documented_shape(tmp_path) -> None:
         for batch in ("32", "256"):
             assert_numbers(r["threads_fps"][mode][batch], {"1", "2"})
     assert_numbers(r["train_step_ms"], {"native", "torch"} if HAS_TORCH else {"native"})
+    assert_numbers(r["lstm_train_ms"], {"native", "torch"} if HAS_TORCH else {"native"})
+    assert_numbers(r["lstm_step_us"], {"native", "torch"} if HAS_TORCH else {"native"})
     assert r["gil_release_threshold_flops"] >= 0
     assert ("torch_threads" in r) == HAS_TORCH
     ratios = r["ratios"]
@@ -97,6 +99,8 @@ def test_bench_net_json_has_the_documented_shape(tmp_path) -> None:
     if HAS_TORCH:
         assert_numbers(ratios["native_vs_torch_b1"], {"mlp", "conv"})
         assert ratios["train_step_native_vs_torch"] > 0
+        assert ratios["lstm_train_native_vs_torch"] > 0
+        assert ratios["lstm_step_b16_native_vs_torch"] > 0
     assert_load(r["background_load_cores"])
 
 

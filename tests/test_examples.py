@@ -15,6 +15,7 @@ from rlpar import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "custom_agent.py"
+RECURRENT = ROOT / "examples" / "recurrent_agent.py"
 
 
 def _load_example():
@@ -25,19 +26,45 @@ def _load_example():
     return module
 
 
-def test_the_readme_shows_the_example_as_it_is() -> None:
+@pytest.mark.parametrize(
+    ("marker", "path"), [("custom-agent", EXAMPLE), ("recurrent-agent", RECURRENT)]
+)
+def test_the_readme_shows_the_example_as_it_is(marker: str, path: Path) -> None:
     readme = (ROOT / "README.md").read_text()
-    match = re.search(r"<!-- custom-agent -->\n```python\n(.*?)```", readme, re.S)
-    assert match, "the README lost its custom-agent example"
-    assert match.group(1) == EXAMPLE.read_text()
+    match = re.search(rf"<!-- {marker} -->\n```python\n(.*?)```", readme, re.S)
+    assert match, f"the README lost its {marker} example"
+    assert match.group(1) == path.read_text()
 
 
-def test_the_example_runs_as_a_script() -> None:
+@pytest.mark.parametrize("path", [EXAMPLE, RECURRENT], ids=["feed-forward", "recurrent"])
+def test_the_example_runs_as_a_script(path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=300, cwd="/"
+        [sys.executable, str(path)], capture_output=True, text=True, timeout=300, cwd="/"
     )
     assert proc.returncode == 0, proc.stderr
-    assert re.fullmatch(r"window mean return [\d.]+ after \d+ env steps\n", proc.stdout)
+    assert re.fullmatch(r"window mean return -?[\d.]+ after \d+ env steps\n", proc.stdout)
+
+
+def test_the_recurrent_example_remembers_in_a_fixed_step_budget(monkeypatch) -> None:
+    """On the memory task, where a policy without memory scores 0 (chance)."""
+    monkeypatch.setattr(registry, "_AGENTS", dict(registry.registered_agents()))
+    monkeypatch.syspath_prepend(str(RECURRENT.parent))
+    spec = importlib.util.spec_from_file_location("recurrent_agent_example", RECURRENT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rlpar.register_agent("recurrent-reinforce", module.RecurrentReinforce)
+    runtime = rlpar.RuntimeConfig(
+        num_actors=2, envs_per_actor=16, unroll_length=20, batch_rollouts=2,
+        total_env_steps=100_000, seed=0, deterministic=True, checkpoint_interval_s=None,
+        return_window=100,
+    )  # fmt: skip
+    runner = rlpar.Runner(
+        rlpar.make_agent("recurrent-reinforce", {"lr": 0.005}),
+        rlpar.EnvConfig("rlpar/MemoryChain-v0"),
+        runtime,
+    )
+    assert runner.net.state_size == 64
+    assert runner.run().mean_return > 0.8
 
 
 def test_the_example_agent_learns_cartpole_in_a_fixed_step_budget(monkeypatch) -> None:

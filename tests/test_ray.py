@@ -335,6 +335,28 @@ def test_rollouts_carry_the_version_that_acted_them(cluster) -> None:
     assert len(set(recorder.lags)) > 1
 
 
+def test_a_recurrent_agent_remembers_on_ray(cluster) -> None:
+    """The actor processes carry the LSTM state and ship it with each rollout: the memory task
+    (chance: 0) is learned, and every batch holds start states."""
+    agent = rlpar.make_agent("impala", {**IMPALA, "net": {"hidden": [32], "lstm": 32}})
+    with deadline(120):
+        runner = Runner(agent, EnvConfig("rlpar/MemoryChain-v0"), ray_runtime(
+            cluster.address, unroll_length=20, batch_rollouts=2, total_env_steps=200_000,
+            target_return=0.8, return_window=100))  # fmt: skip
+        seen: list[np.ndarray] = []
+        learn = runner.learner.agent.learn
+
+        def recording_learn(net, state, batch):
+            seen.append(batch.core_state.copy())
+            return learn(net, state, batch)
+
+        runner.learner.agent.learn = recording_learn
+        result = runner.run()
+    assert result.stopped_by == "target_return", result
+    assert all(s.shape == (32, 64) for s in seen)
+    assert any(np.abs(s).sum() > 0 for s in seen)
+
+
 class ExplodingEnv(gym.Env):
     """Registered in this process only: the actor processes get it with the env's spec."""
 

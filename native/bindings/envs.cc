@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "convert.h"
 #include "envs_py.h"
 #include "gil.h"
 #include "rlpar/envs.h"
@@ -31,43 +32,18 @@ using rlpar::CategoricalSampler;
 using rlpar::Net;
 using rlpar::VecEnv;
 
-std::string type_name(py::handle obj) {
-  return py::str(py::type::of(obj).attr("__name__")).cast<std::string>();
-}
-
-std::string shape_of(const py::array& a) {
-  std::string s = "(";
-  for (py::ssize_t i = 0; i < a.ndim(); ++i) {
-    s += std::to_string(a.shape(i));
-    if (i + 1 < a.ndim() || a.ndim() == 1) s += ",";
-    if (i + 1 < a.ndim()) s += " ";
-  }
-  return s + ")";
-}
-
-std::string dtype_of(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
-
-py::array to_array(py::handle obj, const char* what) {
-  if (py::isinstance<py::array>(obj)) return py::reinterpret_borrow<py::array>(obj);
-  if (PyObject_CheckBuffer(obj.ptr()) || py::isinstance<py::sequence>(obj) ||
-      py::hasattr(obj, "__array__")) {
-    return py::module_::import("numpy").attr("asarray")(obj).cast<py::array>();
-  }
-  throw py::type_error(std::string(what) + " must be a numpy array, got " + type_name(obj));
-}
-
 // A contiguous int64 [K] copy or view of `obj`; any integer dtype is accepted (cast), others are
 // a TypeError, a wrong shape a ValueError.
 py::array_t<int64_t> checked_actions(const VecEnv& envs, py::handle obj) {
-  py::array a = to_array(obj, "actions");
+  py::array a = as_array(obj, "actions", true);
   const char kind = a.dtype().kind();
   if (kind != 'i' && kind != 'u') {
     throw py::type_error("actions must be integers (int64) for Discrete(" +
-                         std::to_string(envs.spec().num_actions) + "), got dtype " + dtype_of(a));
+                         std::to_string(envs.spec().num_actions) + "), got dtype " + dtype_str(a));
   }
   if (a.ndim() != 1 || a.shape(0) != envs.num_envs()) {
     throw py::value_error("actions must have shape (" + std::to_string(envs.num_envs()) +
-                          ",), one per env, got " + shape_of(a));
+                          ",), one per env, got " + shape_str(a));
   }
   return py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
 }
@@ -81,27 +57,27 @@ py::array obs_buffer(const VecEnv& envs, int64_t leading) {
 }
 
 py::array_t<uint64_t> checked_seeds(const VecEnv& envs, py::handle obj) {
-  py::array a = to_array(obj, "seeds");
+  py::array a = as_array(obj, "seeds", true);
   if (!rlpar_py::same_dtype<uint64_t>(a)) {
-    throw py::type_error("seeds must be a uint64 array, got dtype " + dtype_of(a));
+    throw py::type_error("seeds must be a uint64 array, got dtype " + dtype_str(a));
   }
   if (a.ndim() != 1 || a.shape(0) != envs.num_envs()) {
     throw py::value_error("seeds must have shape (" + std::to_string(envs.num_envs()) +
-                          ",), one per env, got " + shape_of(a));
+                          ",), one per env, got " + shape_str(a));
   }
   return py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(a);
 }
 
 py::array_t<double> checked_state(const VecEnv& envs, py::handle obj) {
-  py::array a = to_array(obj, "state");
+  py::array a = as_array(obj, "state", true);
   const char kind = a.dtype().kind();
   if (kind != 'f' && kind != 'i' && kind != 'u') {
-    throw py::type_error("state must be numbers (float64), got dtype " + dtype_of(a));
+    throw py::type_error("state must be numbers (float64), got dtype " + dtype_str(a));
   }
   const int64_t n = envs.spec().state_size;
   if (a.ndim() != 1 || a.shape(0) != n) {
     throw py::value_error(envs.spec().name + " state must have shape (" + std::to_string(n) +
-                          ",), got " + shape_of(a));
+                          ",), got " + shape_str(a));
   }
   return py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(a);
 }
@@ -133,31 +109,6 @@ py::tuple do_step(VecEnv& envs, py::handle actions, py::handle release_gil) {
 // ---------------------------------------------------------------------------------------------
 // Fused unroll
 
-// A writable, C-contiguous array of dtype T and exactly `shape`, else TypeError / ValueError.
-// Only the caller's own ndarray will do: a converted copy would die on return, with the writes.
-template <typename T>
-T* rollout_array(py::handle obj, const char* what, const std::vector<py::ssize_t>& shape) {
-  if (!py::isinstance<py::array>(obj)) {
-    throw py::type_error(std::string(what) + " must be a numpy array, got " + type_name(obj));
-  }
-  auto a = py::reinterpret_borrow<py::array>(obj);
-  if (!rlpar_py::same_dtype<T>(a)) {
-    throw py::type_error(std::string(what) + " must be " +
-                         py::str(py::dtype::of<T>()).cast<std::string>() + ", got " + dtype_of(a));
-  }
-  bool ok = a.ndim() == static_cast<py::ssize_t>(shape.size());
-  for (size_t i = 0; ok && i < shape.size(); ++i) ok = a.shape(i) == shape[i];
-  if (!ok) {
-    std::string want = "(";
-    for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
-    throw py::value_error(std::string(what) + " must have shape " + want + "), got " + shape_of(a));
-  }
-  if (!(a.flags() & py::array::c_style) || !a.writeable()) {
-    throw py::value_error(std::string(what) + " must be a C-contiguous, writable array");
-  }
-  return static_cast<T*>(a.mutable_data());
-}
-
 // params: a pinned Snapshot (its version is the unroll's) or a flat float32 array (version 0).
 struct UnrollParams {
   const float* data = nullptr;
@@ -179,14 +130,14 @@ UnrollParams unroll_params(const Net& net, py::handle obj) {
     p.version = p.pin->pin.version();
     return p;
   }
-  p.array = to_array(obj, "params");
+  p.array = as_array(obj, "params", true);
   const py::array& a = p.array;
   if (!rlpar_py::same_dtype<float>(a)) {
-    throw py::type_error("params must be a Snapshot or a float32 array, got dtype " + dtype_of(a));
+    throw py::type_error("params must be a Snapshot or a float32 array, got dtype " + dtype_str(a));
   }
   if (a.ndim() != 1 || a.shape(0) != net.num_params() || !(a.flags() & py::array::c_style)) {
     throw py::value_error("params must be a contiguous flat float32 vector of " +
-                          std::to_string(net.num_params()) + " values, got shape " + shape_of(a));
+                          std::to_string(net.num_params()) + " values, got shape " + shape_str(a));
   }
   p.data = static_cast<const float*>(a.data());
   return p;
@@ -203,7 +154,7 @@ py::tuple do_unroll(VecEnv& envs, const std::shared_ptr<Net>& net, py::handle pa
   }
   const auto act_arr = py::reinterpret_borrow<py::array>(actions);
   if (act_arr.ndim() < 1 || act_arr.shape(0) < 1) {
-    throw py::value_error("actions must have shape (T, K) with T >= 1, got " + shape_of(act_arr));
+    throw py::value_error("actions must have shape (T, K) with T >= 1, got " + shape_str(act_arr));
   }
   const py::ssize_t t = act_arr.shape(0);
   const py::ssize_t k = envs.num_envs();
@@ -212,16 +163,16 @@ py::tuple do_unroll(VecEnv& envs, const std::shared_ptr<Net>& net, py::handle pa
   rlpar::UnrollArrays a;
   a.steps = t;
   a.obs = envs.spec().obs_uint8
-              ? static_cast<void*>(rollout_array<uint8_t>(obs, "obs", obs_shape))
-              : static_cast<void*>(rollout_array<float>(obs, "obs", obs_shape));
-  a.actions = rollout_array<int64_t>(actions, "actions", {t, k});
-  a.rewards = rollout_array<float>(rewards, "rewards", {t, k});
-  a.terminated = rollout_array<bool>(terminated, "terminated", {t, k});
-  a.truncated = rollout_array<bool>(truncated, "truncated", {t, k});
-  a.mask = rollout_array<bool>(mask, "mask", {t, k});
-  a.behaviour = rollout_array<float>(behaviour, "behaviour", {t, k, net->output_size()});
-  double* ret = rollout_array<double>(ep_return, "ep_return", {k});
-  int64_t* len = rollout_array<int64_t>(ep_length, "ep_length", {k});
+              ? static_cast<void*>(output_array<uint8_t>(obs, "obs", obs_shape))
+              : static_cast<void*>(output_array<float>(obs, "obs", obs_shape));
+  a.actions = output_array<int64_t>(actions, "actions", {t, k});
+  a.rewards = output_array<float>(rewards, "rewards", {t, k});
+  a.terminated = output_array<bool>(terminated, "terminated", {t, k});
+  a.truncated = output_array<bool>(truncated, "truncated", {t, k});
+  a.mask = output_array<bool>(mask, "mask", {t, k});
+  a.behaviour = output_array<float>(behaviour, "behaviour", {t, k, net->output_size()});
+  double* ret = output_array<double>(ep_return, "ep_return", {k});
+  int64_t* len = output_array<int64_t>(ep_length, "ep_length", {k});
   UnrollParams p = unroll_params(*net, params);
   std::vector<rlpar::EpisodeEnd> ends;
   {
@@ -325,13 +276,13 @@ void bind_envs(py::module_& m) {
       .def(py::init<uint64_t>(), py::arg("seed"))
       .def("sample",
            [](CategoricalSampler& s, py::handle logits) {
-             py::array a = to_array(logits, "logits");
+             py::array a = as_array(logits, "logits", true);
              if (!rlpar_py::same_dtype<float>(a)) {
-               throw py::type_error("logits must be float32, got " + dtype_of(a));
+               throw py::type_error("logits must be float32, got " + dtype_str(a));
              }
              if (a.ndim() != 2 || a.shape(0) < 1 || a.shape(1) < 1) {
                throw py::value_error("logits must have shape (K, n) with K, n >= 1, got " +
-                                     shape_of(a));
+                                     shape_str(a));
              }
              auto c = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
              const int64_t rows = c.shape(0), n = c.shape(1);

@@ -6,47 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "convert.h"
 #include "gil.h"
 #include "rlpar/losses.h"
 
 namespace py = pybind11;
 
 namespace rlpar_py {
-namespace {
-
-std::string shape_of(const py::array& a) {
-  std::string s = "(";
-  for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
-  return s + (a.ndim() == 1 ? ",)" : ")");
-}
-
-// A C-contiguous array of dtype T with exactly `dims`; bool is accepted where uint8 is asked.
-template <typename T>
-py::array checked(py::handle obj, const char* name, const std::vector<py::ssize_t>& dims) {
-  auto a = py::array::ensure(obj);
-  if (!a) throw py::type_error(std::string(name) + " must be a numpy array");
-  const bool want_bytes = std::is_same_v<T, uint8_t>;
-  const bool ok_dtype = rlpar_py::same_dtype<T>(a) ||
-                        (want_bytes && rlpar_py::same_dtype<bool>(a));
-  if (!ok_dtype) {
-    throw py::type_error(std::string(name) + " must be " +
-                         py::str(py::dtype::of<T>()).cast<std::string>() + ", got " +
-                         py::str(a.dtype()).cast<std::string>());
-  }
-  bool ok = a.ndim() == static_cast<py::ssize_t>(dims.size());
-  for (size_t i = 0; ok && i < dims.size(); ++i) ok = a.shape(i) == dims[i];
-  if (!ok) {
-    std::string want = "(";
-    for (size_t i = 0; i < dims.size(); ++i) want += (i ? ", " : "") + std::to_string(dims[i]);
-    throw py::value_error(std::string(name) + " must have shape " + want + "), got " + shape_of(a));
-  }
-  if (!(a.flags() & py::array::c_style)) {
-    a = py::module_::import("numpy").attr("ascontiguousarray")(a).cast<py::array>();
-  }
-  return a;
-}
-
-}  // namespace
 
 void bind_losses(py::module_& m) {
   m.def(
@@ -60,7 +26,7 @@ void bind_losses(py::module_& m) {
         auto o = py::array::ensure(out);
         if (!o || o.ndim() != 3 || o.shape(0) < 2 || o.shape(1) < 1) {
           throw py::value_error("out must be a float32 array [T+1, N, O] with T, N >= 1, got " +
-                                (o ? shape_of(o) : std::string("a non-array")));
+                                (o ? shape_str(o) : std::string("a non-array")));
         }
         a.T = o.shape(0) - 1;
         a.N = o.shape(1);
@@ -84,15 +50,15 @@ void bind_losses(py::module_& m) {
         a.value_coef = value_coef;
         a.entropy_coef = entropy_coef;
         const py::ssize_t T = a.T, N = a.N, O = a.O;
-        auto o_arr = checked<float>(out, "out", {T + 1, N, O});
-        auto b_arr = checked<float>(behaviour, "behaviour", {T, N, O});
+        auto o_arr = input_array<float>(out, "out", {T + 1, N, O});
+        auto b_arr = input_array<float>(behaviour, "behaviour", {T, N, O});
         const bool cat = a.policy == rlpar::losses::Policy::Categorical;
-        auto act = cat ? checked<int64_t>(actions, "actions", {T, N})
-                       : checked<float>(actions, "actions", {T, N, num_actions});
-        auto r = checked<float>(rewards, "rewards", {T, N});
-        auto te = checked<uint8_t>(terminated, "terminated", {T, N});
-        auto tr = checked<uint8_t>(truncated, "truncated", {T, N});
-        auto mk = checked<uint8_t>(mask, "mask", {T, N});
+        auto act = cat ? input_array<int64_t>(actions, "actions", {T, N})
+                       : input_array<float>(actions, "actions", {T, N, num_actions});
+        auto r = input_array<float>(rewards, "rewards", {T, N});
+        auto te = input_array<uint8_t>(terminated, "terminated", {T, N});
+        auto tr = input_array<uint8_t>(truncated, "truncated", {T, N});
+        auto mk = input_array<uint8_t>(mask, "mask", {T, N});
         py::array_t<float> dout({T + 1, N, O});
         const float* op = static_cast<const float*>(o_arr.data());
         const float* bp = static_cast<const float*>(b_arr.data());

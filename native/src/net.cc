@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "rlpar/layers.h"
+#include "rlpar/lstm.h"
 
 namespace rlpar {
 
@@ -159,8 +160,11 @@ class Workspace {
     return b.data;
   }
 
-  std::vector<float*> act;  // act[i]: input of layer i; act.back(): features
-  int64_t batch = 0;
+  std::vector<float*> act;  // act[i]: input of layer i; act.back(): the torso's output
+  float* feat = nullptr;    // what the heads read: the torso's output, or the LSTM's
+  int64_t batch = 0;        // rows: T * N
+  int64_t steps = 1;
+  uint8_t* resets = nullptr;  // [T, N] copy of the call's episode starts, or null
 
  private:
   WorkspacePool* pool_;
@@ -230,6 +234,39 @@ enum : size_t { kGradA = 0, kGradB = 1, kCol = 2, kActBase = 3 };
 }
 
 Net::Net(NetSpec spec) : spec_(std::move(spec)), pool_(std::make_shared<WorkspacePool>()) {
+  check_input();
+  Shape cur = spec_.input_shape;
+  for (size_t i = 0; i < spec_.layers.size(); ++i) {
+    Layer L = build_layer(i, cur);
+    shapes_.push_back(cur);
+    cur = L.out;
+    layers_.push_back(std::move(L));
+  }
+  shapes_.push_back(cur);
+  for (const Shape& s : shapes_) max_activation_ = std::max(max_activation_, shape_numel(s));
+  build_core(cur);
+  build_heads(recurrent() ? Shape{spec_.lstm_hidden} : cur);
+}
+
+void Net::build_core(const Shape& torso_out) {
+  if (spec_.lstm_hidden < 0) {
+    fail("lstm_hidden must be >= 0 (0: no LSTM core), got " + std::to_string(spec_.lstm_hidden));
+  }
+  if (!recurrent()) return;
+  if (torso_out.size() != 1) {
+    fail("the LSTM core expects flat features (F,), but the last layer outputs " +
+         shape_str(torso_out) + ": add a Flatten layer before it");
+  }
+  const int64_t h = spec_.lstm_hidden, index = static_cast<int64_t>(spec_.layers.size());
+  core_in_ = torso_out[0];
+  core_wx_ = add_param("core.weight_ih", "weight", {core_in_, 4 * h}, index, false);
+  core_wh_ = add_param("core.weight_hh", "weight", {h, 4 * h}, index, false);
+  core_b_ = add_param("core.bias", "bias", {4 * h}, index, false);
+  flops_per_sample_ += 2.0 * (core_in_ + h) * 4 * h + 12.0 * h;
+  max_activation_ = std::max(max_activation_, h);
+}
+
+void Net::check_input() const {
   const Shape& in = spec_.input_shape;
   if (!(in.size() == 1 || in.size() == 3) ||
       std::any_of(in.begin(), in.end(), [](int64_t d) { return d <= 0; })) {
@@ -238,104 +275,114 @@ Net::Net(NetSpec spec) : spec_(std::move(spec)), pool_(std::make_shared<Workspac
   if (!std::isfinite(spec_.input_scale) || spec_.input_scale == 0.0f) {
     fail("input_scale must be a finite non-zero number, got " + std::to_string(spec_.input_scale));
   }
+}
 
-  auto add_param = [&](const std::string& name, const std::string& role, Shape shape,
+int64_t Net::add_param(const std::string& name, const std::string& role, Shape shape,
                        int64_t index, bool in_head) {
-    ParamInfo p;
-    p.name = name;
-    p.role = role;
-    p.offset = num_params_;
-    p.shape = std::move(shape);
-    p.index = index;
-    p.in_head = in_head;
-    num_params_ += shape_numel(p.shape);
-    params_.push_back(p);
-    return p.offset;
-  };
+  ParamInfo p;
+  p.name = name;
+  p.role = role;
+  p.offset = num_params_;
+  p.shape = std::move(shape);
+  p.index = index;
+  p.in_head = in_head;
+  num_params_ += shape_numel(p.shape);
+  params_.push_back(p);
+  return p.offset;
+}
 
-  Shape cur = in;
-  for (size_t i = 0; i < spec_.layers.size(); ++i) {
-    const LayerSpec& ls = spec_.layers[i];
-    const std::string where = "layer " + std::to_string(i) + " (" + kind_name(ls.kind) + ")";
-    const std::string prefix = "layers." + std::to_string(i) + ".";
-    Layer L;
-    L.kind = ls.kind;
-    L.in = cur;
-    switch (ls.kind) {
-      case LayerKind::Linear: {
-        if (cur.size() != 1) {
-          fail(where + " expects a flat input (D,), got " + shape_str(cur) +
-               ": add a Flatten layer before it");
-        }
-        if (ls.out_features <= 0) {
-          fail(where + " needs out_features >= 1, got " + std::to_string(ls.out_features));
-        }
-        L.out = {ls.out_features};
-        L.w = add_param(prefix + "weight", "weight", {cur[0], ls.out_features}, i, false);
-        L.b = add_param(prefix + "bias", "bias", {ls.out_features}, i, false);
-        flops_per_sample_ += 2.0 * cur[0] * ls.out_features;
-        break;
-      }
-      case LayerKind::Conv2d: {
-        if (cur.size() != 3) {
-          fail(where + " expects an image input (H, W, C), got " + shape_str(cur));
-        }
-        if (ls.out_channels <= 0 || ls.kernel <= 0 || ls.stride <= 0 || ls.padding < 0) {
-          fail(where + " needs out_channels, kernel, stride >= 1 and padding >= 0, got " +
-               "out_channels=" + std::to_string(ls.out_channels) +
-               " kernel=" + std::to_string(ls.kernel) + " stride=" + std::to_string(ls.stride) +
-               " padding=" + std::to_string(ls.padding));
-        }
-        const int64_t oh = layers::conv_out_size(cur[0], ls.kernel, ls.stride, ls.padding);
-        const int64_t ow = layers::conv_out_size(cur[1], ls.kernel, ls.stride, ls.padding);
-        if (oh <= 0 || ow <= 0) {
-          fail(where + " with kernel " + std::to_string(ls.kernel) + ", stride " +
-               std::to_string(ls.stride) + ", padding " + std::to_string(ls.padding) +
-               " on input " + shape_str(cur) + " would have an empty output");
-        }
-        L.conv = {cur[0], cur[1], cur[2], oh, ow, ls.out_channels, ls.kernel, ls.stride, ls.padding};
-        L.out = {oh, ow, ls.out_channels};
-        L.w = add_param(prefix + "weight", "weight", {ls.kernel, ls.kernel, cur[2], ls.out_channels},
-                        i, false);
-        L.b = add_param(prefix + "bias", "bias", {ls.out_channels}, i, false);
-        flops_per_sample_ += 2.0 * oh * ow * L.conv.patch() * ls.out_channels;
-        break;
-      }
-      case LayerKind::ReLU:
-      case LayerKind::Tanh:
-        L.out = cur;
-        flops_per_sample_ += static_cast<double>(shape_numel(cur));
-        break;
-      case LayerKind::Flatten:
-        L.out = {shape_numel(cur)};
-        break;
-      case LayerKind::External: {
-        if (!ls.external) fail(where + " has no implementation");
-        const Shape os = ls.external->output_shape(cur);
-        if (os.empty() || std::any_of(os.begin(), os.end(), [](int64_t d) { return d <= 0; })) {
-          fail(where + " must declare an output shape with positive sizes, got " + shape_str(os));
-        }
-        L.out = os;
-        L.external = ls.external;
-        has_external_ = true;
-        break;
-      }
-    }
-    shapes_.push_back(cur);
-    cur = L.out;
-    layers_.push_back(std::move(L));
+Net::Layer Net::build_layer(size_t i, const Shape& in) {
+  const LayerSpec& ls = spec_.layers[i];
+  const std::string where = "layer " + std::to_string(i) + " (" + kind_name(ls.kind) + ")";
+  Layer L;
+  L.kind = ls.kind;
+  L.in = in;
+  switch (ls.kind) {
+    case LayerKind::Linear:
+      build_linear(L, i, where);
+      break;
+    case LayerKind::Conv2d:
+      build_conv(L, i, where);
+      break;
+    case LayerKind::ReLU:
+    case LayerKind::Tanh:
+      L.out = in;
+      flops_per_sample_ += static_cast<double>(shape_numel(in));
+      break;
+    case LayerKind::Flatten:
+      L.out = {shape_numel(in)};
+      break;
+    case LayerKind::External:
+      build_external(L, i, where);
+      break;
   }
-  shapes_.push_back(cur);
-  for (const Shape& s : shapes_) max_activation_ = std::max(max_activation_, shape_numel(s));
+  return L;
+}
 
+void Net::build_linear(Layer& L, size_t i, const std::string& where) {
+  const LayerSpec& ls = spec_.layers[i];
+  const Shape& cur = L.in;
+  if (cur.size() != 1) {
+    fail(where + " expects a flat input (D,), got " + shape_str(cur) +
+         ": add a Flatten layer before it");
+  }
+  if (ls.out_features <= 0) {
+    fail(where + " needs out_features >= 1, got " + std::to_string(ls.out_features));
+  }
+  const std::string prefix = "layers." + std::to_string(i) + ".";
+  L.out = {ls.out_features};
+  L.w = add_param(prefix + "weight", "weight", {cur[0], ls.out_features}, i, false);
+  L.b = add_param(prefix + "bias", "bias", {ls.out_features}, i, false);
+  flops_per_sample_ += 2.0 * cur[0] * ls.out_features;
+}
+
+void Net::build_conv(Layer& L, size_t i, const std::string& where) {
+  const LayerSpec& ls = spec_.layers[i];
+  const Shape& cur = L.in;
+  if (cur.size() != 3) fail(where + " expects an image input (H, W, C), got " + shape_str(cur));
+  if (ls.out_channels <= 0 || ls.kernel <= 0 || ls.stride <= 0 || ls.padding < 0) {
+    fail(where + " needs out_channels, kernel, stride >= 1 and padding >= 0, got " +
+         "out_channels=" + std::to_string(ls.out_channels) +
+         " kernel=" + std::to_string(ls.kernel) + " stride=" + std::to_string(ls.stride) +
+         " padding=" + std::to_string(ls.padding));
+  }
+  const int64_t oh = layers::conv_out_size(cur[0], ls.kernel, ls.stride, ls.padding);
+  const int64_t ow = layers::conv_out_size(cur[1], ls.kernel, ls.stride, ls.padding);
+  if (oh <= 0 || ow <= 0) {
+    fail(where + " with kernel " + std::to_string(ls.kernel) + ", stride " +
+         std::to_string(ls.stride) + ", padding " + std::to_string(ls.padding) + " on input " +
+         shape_str(cur) + " would have an empty output");
+  }
+  const std::string prefix = "layers." + std::to_string(i) + ".";
+  L.conv = {cur[0], cur[1], cur[2], oh, ow, ls.out_channels, ls.kernel, ls.stride, ls.padding};
+  L.out = {oh, ow, ls.out_channels};
+  L.w = add_param(prefix + "weight", "weight", {ls.kernel, ls.kernel, cur[2], ls.out_channels}, i,
+                  false);
+  L.b = add_param(prefix + "bias", "bias", {ls.out_channels}, i, false);
+  flops_per_sample_ += 2.0 * oh * ow * L.conv.patch() * ls.out_channels;
+}
+
+void Net::build_external(Layer& L, size_t i, const std::string& where) {
+  const LayerSpec& ls = spec_.layers[i];
+  if (!ls.external) fail(where + " has no implementation");
+  const Shape os = ls.external->output_shape(L.in);
+  if (os.empty() || std::any_of(os.begin(), os.end(), [](int64_t d) { return d <= 0; })) {
+    fail(where + " must declare an output shape with positive sizes, got " + shape_str(os));
+  }
+  L.out = os;
+  L.external = ls.external;
+  has_external_ = true;
+}
+
+void Net::build_heads(const Shape& features) {
   if (spec_.heads.empty()) {
     fail("a net needs at least one head (categorical, value or gaussian), got none");
   }
-  if (cur.size() != 1) {
-    fail("heads expect flat features (F,), but the last layer outputs " + shape_str(cur) +
+  if (features.size() != 1) {
+    fail("heads expect flat features (F,), but the last layer outputs " + shape_str(features) +
          ": add a Flatten layer at the end");
   }
-  feature_size_ = cur[0];
+  feature_size_ = features[0];
   for (size_t h = 0; h < spec_.heads.size(); ++h) {
     const HeadSpec& hs = spec_.heads[h];
     const std::string prefix = "heads." + std::to_string(h) + ".";
@@ -365,12 +412,32 @@ Net::Net(NetSpec spec) : spec_(std::move(spec)), pool_(std::make_shared<Workspac
 
 Net::~Net() = default;
 
-void Net::run_forward(const float* params, const void* input, int64_t batch, float* out,
+size_t Net::core_slot(size_t k) const { return kActBase + layers_.size() + 1 + k; }
+
+namespace {
+// LSTM workspace slots, after the activations (Net::core_slot).
+enum : size_t { kCoreH = 0, kCoreGates, kCoreHPrev, kCoreCPrev, kCoreC, kCoreTanhC, kCoreResets,
+                kCoreDGates, kCoreDState };
+}  // namespace
+
+void Net::run_forward(const float* params, const void* input, const SeqArgs& seq, float* out,
                       Workspace& ws) const {
-  if (batch <= 0) fail("batch size must be >= 1, got " + std::to_string(batch));
+  if (seq.steps <= 0 || seq.seqs <= 0) {
+    fail("a sequence needs steps >= 1 and seqs >= 1, got steps=" + std::to_string(seq.steps) +
+         " seqs=" + std::to_string(seq.seqs));
+  }
+  ws.batch = seq.steps * seq.seqs;
+  ws.steps = seq.steps;
+  run_torso(params, input, ws);
+  ws.feat = ws.act[layers_.size()];
+  if (recurrent()) run_core(params, seq, ws);
+  run_heads(params, out, ws);
+}
+
+void Net::run_torso(const float* params, const void* input, Workspace& ws) const {
+  const int64_t batch = ws.batch;
   const size_t L = layers_.size();
   ws.act.resize(L + 1);
-  ws.batch = batch;
 
   // Input -> float activation 0 (uint8 frames are converted and scaled here, natively).
   const int64_t n_in = batch * input_size();
@@ -421,10 +488,32 @@ void Net::run_forward(const float* params, const void* input, int64_t batch, flo
     }
     ws.act[i + 1] = y;
   }
+}
 
-  // Heads: one GEMM each, written straight into their columns of `out`.
-  const float* feat = ws.act[L];
-  ConstMatMap F(feat, batch, feature_size_);
+void Net::run_core(const float* params, const SeqArgs& seq, Workspace& ws) const {
+  const int64_t rows = ws.batch, h = spec_.lstm_hidden;
+  const lstm::LstmDims d{seq.steps, seq.seqs, core_in_, h};
+  const lstm::LstmTape tape{ws.get(core_slot(kCoreGates), rows * 4 * h),
+                            ws.get(core_slot(kCoreHPrev), rows * h),
+                            ws.get(core_slot(kCoreCPrev), rows * h),
+                            ws.get(core_slot(kCoreC), rows * h),
+                            ws.get(core_slot(kCoreTanhC), rows * h)};
+  // The resets are copied: backward needs them after the caller's array may be gone.
+  ws.resets = nullptr;
+  if (seq.resets != nullptr) {
+    ws.resets = reinterpret_cast<uint8_t*>(ws.get(core_slot(kCoreResets), (rows + 3) / 4));
+    for (int64_t i = 0; i < rows; ++i) ws.resets[i] = seq.resets[i] != 0;
+  }
+  float* out_h = ws.get(core_slot(kCoreH), rows * h);
+  lstm::forward(d, ws.act[layers_.size()], params + core_wx_, params + core_wh_, params + core_b_,
+                seq.state0, ws.resets, out_h, tape, seq.state_out);
+  ws.feat = out_h;
+}
+
+void Net::run_heads(const float* params, float* out, Workspace& ws) const {
+  // One GEMM each, written straight into their columns of `out`.
+  const int64_t batch = ws.batch;
+  ConstMatMap F(ws.feat, batch, feature_size_);
   for (const OutputInfo& o : outputs_) {
     StridedMap Y(out + o.begin, batch, o.size, Eigen::OuterStride<>(output_size_));
     if (o.log_std) {
@@ -437,15 +526,31 @@ void Net::run_forward(const float* params, const void* input, int64_t batch, flo
 }
 
 void Net::forward(const float* params, const void* input, int64_t batch, float* out) const {
-  Lease lease(pool_);
-  run_forward(params, input, batch, out, *lease.ws);
+  SeqArgs seq;
+  seq.seqs = batch;
+  forward_seq(params, input, seq, out);
 }
 
 std::unique_ptr<Tape> Net::forward_train(const float* params, const void* input, int64_t batch,
                                          float* out) const {
+  SeqArgs seq;
+  seq.seqs = batch;
+  return forward_train_seq(params, input, seq, out);
+}
+
+void Net::forward_seq(const float* params, const void* input, const SeqArgs& seq,
+                      float* out) const {
   Lease lease(pool_);
-  run_forward(params, input, batch, out, *lease.ws);
-  return std::make_unique<Tape>(pool_, std::move(lease.ws), batch);
+  run_forward(params, input, seq, out, *lease.ws);
+}
+
+std::unique_ptr<Tape> Net::forward_train_seq(const float* params, const void* input,
+                                             const SeqArgs& seq, float* out) const {
+  Lease lease(pool_);
+  run_forward(params, input, seq, out, *lease.ws);
+  auto tape = std::make_unique<Tape>(pool_, std::move(lease.ws), seq.steps * seq.seqs);
+  tape->steps_ = seq.steps;
+  return tape;
 }
 
 void Net::backward(const float* params, const Tape& tape, const float* dout, float* grad,
@@ -454,14 +559,22 @@ void Net::backward(const float* params, const Tape& tape, const float* dout, flo
   Workspace& ws = *tape.ws_;
   const int64_t batch = tape.batch_;
   if (!accumulate) std::memset(grad, 0, sizeof(float) * num_params_);
-
   float* g[2] = {ws.get(kGradA, batch * max_activation_), ws.get(kGradB, batch * max_activation_)};
+  heads_backward(params, dout, grad, g[0], ws);
+  if (recurrent()) {
+    if (core_backward(params, g[0], grad, layers_.empty() ? nullptr : g[1], ws) == nullptr) return;
+    torso_backward(params, g[1], g[0], grad, ws);
+  } else {
+    torso_backward(params, g[0], g[1], grad, ws);
+  }
+}
 
-  // Heads: parameter gradients, and the feature gradient summed over heads.
-  const size_t L = layers_.size();
-  const float* feat = ws.act[L];
-  ConstMatMap F(feat, batch, feature_size_);
-  Eigen::Map<RowMat> DF(g[0], batch, feature_size_);
+// Parameter gradients of the heads, and the feature gradient summed over heads into dfeat.
+void Net::heads_backward(const float* params, const float* dout, float* grad, float* dfeat,
+                         Workspace& ws) const {
+  const int64_t batch = ws.batch;
+  ConstMatMap F(ws.feat, batch, feature_size_);
+  Eigen::Map<RowMat> DF(dfeat, batch, feature_size_);
   DF.setZero();
   for (const OutputInfo& o : outputs_) {
     ConstStridedMap DY(dout + o.begin, batch, o.size, Eigen::OuterStride<>(output_size_));
@@ -477,10 +590,33 @@ void Net::backward(const float* params, const Tape& tape, const float* dout, flo
                             output_size_);
     DF.noalias() += DY * ConstMatMap(w, feature_size_, o.size).transpose();
   }
+}
 
-  // Torso, last layer first. dy lives in one scratch buffer, dx goes to the other.
-  float* dy = g[0];
-  for (size_t k = L; k-- > 0;) {
+// Backpropagation through time of the LSTM core; returns dx (the torso output's gradient), or
+// null when there is no torso to continue into.
+const float* Net::core_backward(const float* params, float* dh, float* grad, float* dx,
+                                Workspace& ws) const {
+  const int64_t rows = ws.batch, h = spec_.lstm_hidden, seqs = rows / ws.steps;
+  const lstm::LstmDims d{ws.steps, seqs, core_in_, h};
+  const lstm::LstmTape tape{ws.get(core_slot(kCoreGates), rows * 4 * h),
+                            ws.get(core_slot(kCoreHPrev), rows * h),
+                            ws.get(core_slot(kCoreCPrev), rows * h),
+                            ws.get(core_slot(kCoreC), rows * h),
+                            ws.get(core_slot(kCoreTanhC), rows * h)};
+  float* dgates = ws.get(core_slot(kCoreDGates), rows * 4 * h);
+  float* dstate = ws.get(core_slot(kCoreDState), seqs * 2 * h);
+  lstm::backward(d, ws.act[layers_.size()], params + core_wx_, params + core_wh_, ws.resets, tape,
+                 dh, dgates, dstate, dx, grad + core_wx_, grad + core_wh_, grad + core_b_);
+  return dx;
+}
+
+// The torso, last layer first: dy holds the gradient of the torso's output, `other` is scratch
+// of the same size; they swap roles layer by layer.
+void Net::torso_backward(const float* params, float* dy, float* other, float* grad,
+                         Workspace& ws) const {
+  const int64_t batch = ws.batch;
+  float* g[2] = {dy, other};
+  for (size_t k = layers_.size(); k-- > 0;) {
     const Layer& l = layers_[k];
     const bool need_dx = k > 0;
     if (l.kind == LayerKind::Flatten) continue;  // same memory, same gradient

@@ -2,11 +2,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace rlpar::optim {
 
+namespace {
+void require_momentum_buffer(float momentum, const float* buf) {
+  if (momentum != 0.0f && buf == nullptr) {
+    throw std::invalid_argument("momentum > 0 needs a momentum_buffer");
+  }
+}
+}  // namespace
+
 void sgd_step(float* p, const float* g, float* buf, size_t n, float lr, float momentum,
               float weight_decay, bool nesterov) {
+  require_momentum_buffer(momentum, buf);
   if (momentum == 0.0f) {
     for (size_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + weight_decay * p[i]);
     return;
@@ -20,6 +31,8 @@ void sgd_step(float* p, const float* g, float* buf, size_t n, float lr, float mo
 
 void rmsprop_step(float* p, const float* g, float* square_avg, float* grad_avg, float* buf,
                   size_t n, float lr, float alpha, float eps, float momentum, float weight_decay) {
+  require_momentum_buffer(momentum, buf);
+  if (momentum == 0.0f) buf = nullptr;  // a buffer passed without momentum is left alone
   const float one_minus = 1.0f - alpha;
   for (size_t i = 0; i < n; ++i) {
     const float gi = g[i] + weight_decay * p[i];
@@ -44,6 +57,9 @@ void rmsprop_step(float* p, const float* g, float* square_avg, float* grad_avg, 
 
 void adam_step(float* p, const float* g, float* m, float* v, size_t n, int64_t step, float lr,
                float beta1, float beta2, float eps, float weight_decay) {
+  if (step < 1) {
+    throw std::invalid_argument("adam step count must be >= 1, got " + std::to_string(step));
+  }
   const double t = static_cast<double>(step);
   const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), t));
   const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(beta2), t)));
@@ -63,6 +79,9 @@ double global_norm(const float* g, size_t n) {
 }
 
 double clip_by_global_norm(float* g, size_t n, double max_norm) {
+  if (!(max_norm > 0)) {
+    throw std::invalid_argument("max_norm must be > 0, got " + std::to_string(max_norm));
+  }
   const double norm = global_norm(g, n);
   if (norm > max_norm && norm > 0.0) {
     const float scale = static_cast<float>(max_norm / norm);

@@ -61,6 +61,11 @@ void CategoricalSampler::sample(const float* logits, int64_t batch, int64_t stri
 
 LogitsSlice check_unroll_net(const Net& net, const VecEnv& envs) {
   const EnvSpec& spec = envs.spec();
+  if (net.recurrent()) {
+    throw std::invalid_argument(
+        "the fused unroll does not carry a recurrent state, and this net has an LSTM core "
+        "(actors run it on the Python path)");
+  }
   LogitsSlice slice;
   int found = 0;
   for (const OutputInfo& o : net.outputs()) {

@@ -88,6 +88,74 @@ void shared_net_is_deterministic_across_threads() {
               kIters, mismatches.load(), static_cast<long long>(stats.workspaces));
 }
 
+// A net with an LSTM core: learners run sequences with resets (forward_train_seq + backward
+// through time) and actors carry their own state step by step (forward_seq, T = 1, state updated
+// in place), all at once on one net; every result must match the single-threaded one bit for bit.
+void recurrent_net_is_deterministic_across_threads() {
+  rlpar::NetSpec spec;
+  spec.input_shape = {5};
+  spec.layers = {LayerSpec::linear(8), LayerSpec::tanh()};
+  spec.heads = {{HeadKind::Categorical, 3}, {HeadKind::Value, 1}};
+  spec.lstm_hidden = 6;
+  const rlpar::Net net(spec);
+  const auto params = random_vector(net.num_params(), 3, 0.4f);
+  const int64_t steps = 7, seqs = 4, rows = steps * seqs, s = net.state_size();
+  const auto obs = random_vector(rows * net.input_size(), 30, 1.0f);
+  const auto dout = random_vector(rows * net.output_size(), 31, 1.0f);
+  const auto state0 = random_vector(seqs * s, 32, 0.5f);
+  std::vector<uint8_t> resets(rows, 0);
+  for (int64_t i = 0; i < rows; i += 5) resets[i] = 1;
+
+  auto learner = [&](std::vector<float>& out, std::vector<float>& grad) {
+    rlpar::SeqArgs seq;
+    seq.steps = steps;
+    seq.seqs = seqs;
+    seq.state0 = state0.data();
+    seq.resets = resets.data();
+    out.assign(rows * net.output_size(), 0.0f);
+    grad.assign(net.num_params(), 0.0f);
+    auto tape = net.forward_train_seq(params.data(), obs.data(), seq, out.data());
+    net.backward(params.data(), *tape, dout.data(), grad.data(), false);
+  };
+  auto actor = [&](std::vector<float>& out, std::vector<float>& state) {
+    state = state0;
+    out.assign(rows * net.output_size(), 0.0f);
+    for (int64_t t = 0; t < steps; ++t) {
+      rlpar::SeqArgs seq;
+      seq.seqs = seqs;
+      seq.state0 = state.data();
+      seq.state_out = state.data();
+      seq.resets = resets.data() + t * seqs;
+      net.forward_seq(params.data(), obs.data() + t * seqs * net.input_size(), seq,
+                      out.data() + t * seqs * net.output_size());
+    }
+  };
+  std::vector<float> want_out, want_grad, want_steps, want_state;
+  learner(want_out, want_grad);
+  actor(want_steps, want_state);
+  constexpr int kThreads = 6, kIters = 40;
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<float> a, b;
+      for (int i = 0; i < kIters; ++i) {
+        if ((t + i) % 2 == 0) {
+          learner(a, b);
+          if (a != want_out || b != want_grad) ++mismatches;
+        } else {
+          actor(a, b);
+          if (a != want_steps || b != want_state) ++mismatches;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(mismatches.load() == 0);
+  std::printf("recurrent net: %d threads x %d iterations, %d mismatches\n", kThreads, kIters,
+              mismatches.load());
+}
+
 // One learner trains and publishes; readers pin and run forward on whatever version they get.
 void learner_publishes_while_actors_infer() {
   const rlpar::Net net(conv_spec());
@@ -144,6 +212,7 @@ void learner_publishes_while_actors_infer() {
 
 int main() {
   shared_net_is_deterministic_across_threads();
+  recurrent_net_is_deterministic_across_threads();
   learner_publishes_while_actors_infer();
   return rlpar_test::finish("test_net_stress");
 }

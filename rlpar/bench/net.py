@@ -25,6 +25,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 import rlpar
 from rlpar import _native
+from rlpar.bench.lstm import bench_lstm, lstm_ratios
 from rlpar.bench.timing import (
     BackgroundLoad,
     import_optional,
@@ -354,14 +355,15 @@ def bench_net(quick: bool = False) -> dict:
         {"forward_us": {"mlp"|"conv": {"native"|"numpy"|"torch": {batch: µs}}},
          "threads_fps": {"released"|"held": {batch: {threads: forwards/s}}},
          "train_step_ms": {"native": ms, "torch": ms},
+         "lstm_train_ms": {"native": ms, "torch": ms}, "lstm_step_us": {"native": µs, ...},
          "gil_release_threshold_flops": float, "torch_threads": 1, "numpy_blas_threads": 1,
          "ratios": {...}, "background_load_cores": float}
 
     ``mlp`` is ``mlp_spec(4, [Categorical(2), Value()])`` (batches 1, 32, 256), ``conv`` the
     Nature-DQN torso on uint8 frames ``[84, 84, 4]`` (batches 1, 32). Thread scaling and the
-    training step use the mlp. torch keys are present only when torch is importable,
-    ``numpy_blas_threads`` only when threadpoolctl is. ``background_load_cores``: see
-    `BackgroundLoad`.
+    training step use the mlp; the LSTM figures are `rlpar.bench.lstm`'s. torch keys are
+    present only when torch is importable, ``numpy_blas_threads`` only when threadpoolctl is.
+    ``background_load_cores``: see `BackgroundLoad`.
     """
     budget = _budget(quick)
     torch = import_optional("torch")
@@ -375,6 +377,7 @@ def bench_net(quick: bool = False) -> dict:
             },
             "threads_fps": _thread_scaling(mlp, mlp.init_params(seed=0), THREAD_BATCHES, budget),
             "train_step_ms": _train_step_ms(mlp, budget, torch),
+            **bench_lstm(budget.chunk_s, budget.repeats, torch),
             "gil_release_threshold_flops": rlpar.gil_release_threshold(),
             **limited,
         }
@@ -402,6 +405,7 @@ def _net_ratios(r: dict) -> dict:
     step = r["train_step_ms"]
     if "torch" in step:
         ratios["train_step_native_vs_torch"] = sig(step["torch"] / step["native"], 3)
+    ratios.update(lstm_ratios(r))
     return ratios
 
 
@@ -422,6 +426,10 @@ def format_net(r: dict) -> str:
             )
     steps = ", ".join(f"{impl} {ms:.4g}" for impl, ms in r["train_step_ms"].items())
     lines.append(f"train step, mlp batch {TRAIN_BATCH}, ms: {steps}")
+    lstm = ", ".join(f"{impl} {ms:.4g}" for impl, ms in r["lstm_train_ms"].items())
+    lines.append(f"LSTM 256->256 forward+BPTT [T=20, B=256], ms: {lstm}")
+    step = ", ".join(f"{impl} {us:.4g}" for impl, us in r["lstm_step_us"].items())
+    lines.append(f"LSTM actor step, batch 16, µs: {step}")
     lines.append(f"GIL release threshold: {r['gil_release_threshold_flops']:.0f} flops")
     lines.append("speed-ups: " + _flat(r["ratios"]))
     lines.append(_load_line(r["background_load_cores"]))

@@ -24,6 +24,7 @@ from rlpar.runtime.common import (
     queue_put,
 )
 from rlpar.runtime.envs import ActionAdapter, env_seeds, explain_env_error, storage_dtype
+from rlpar.runtime.recurrent import CoreState
 from rlpar.snapshot import SnapshotStore
 
 __all__ = ["Actor"]
@@ -79,6 +80,7 @@ class Actor:
                     self.actions.dtype,
                     net.output_size,
                     actor=index,
+                    state_size=net.state_size,
                 )
             )
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, index, 1 << 20]))
@@ -101,6 +103,8 @@ class Actor:
         self.ep_return = np.zeros(self.num_envs, np.float64)
         self.ep_length = np.zeros(self.num_envs, np.int64)
         self.stats = ActorStats()
+        # A recurrent net's state (None for a feed-forward net): the Python path carries it.
+        self.core = CoreState(net, self.num_envs) if net.recurrent else None
         self.seq = 0
         self._rng_state = self._read_rng_state()
 
@@ -183,13 +187,19 @@ class Actor:
     def _unroll_python(self, r: Rollout, episodes: EpisodeSink) -> None:
         net, agent, envs, rng, stats = self.net, self.agent, self.envs, self.rng, self.stats
         clock = time.perf_counter
+        core = self.core
+        if core is not None:
+            core.begin_unroll(r)
         with self.store.pin() as snap:
             r.version = snap.version
             for t in range(r.rewards.shape[0]):
                 t0 = clock()
                 r.obs[t] = self.obs
                 out = r.behaviour[t]
-                net.forward(snap, r.obs[t], out)  # positional: keywords cost ~0.4 us
+                if core is None:
+                    net.forward(snap, r.obs[t], out)  # positional: keywords cost ~0.4 us
+                else:
+                    core.forward(snap, r.obs[t], out)
                 a = agent.act(net, out, rng)
                 r.actions[t] = a
                 t1 = clock()
@@ -199,6 +209,8 @@ class Actor:
                 r.terminated[t] = terminated
                 r.truncated[t] = truncated
                 np.logical_not(self.prev_done, out=r.mask[t])
+                if core is not None:
+                    core.after_step(r.mask[t])
                 self._track_episodes(r.mask[t], reward, terminated | truncated, episodes)
                 self.obs = obs
                 stats.inference_s += t1 - t0

@@ -139,11 +139,16 @@ def _play(
     prev_done = np.zeros(k, bool)
     returns: list[float] = []
     lengths: list[int] = []
+    # A recurrent net carries its state; it restarts after each env's reset step (rlpar.data).
+    starts = np.zeros(k, bool)
+    core: dict[str, Any] = (
+        {"state": net.initial_state(k), "resets": starts} if net.recurrent else {}
+    )
     obs, _ = envs.reset(seed=seed)
     while (finished < quota).any():
         if stop is not None and stop.is_set():
             return None
-        out = net.forward(params, np.asarray(obs, dtype))
+        out = net.forward(params, np.asarray(obs, dtype), **core)
         if policy == "greedy":
             try:
                 actions = agent.greedy(net, out)
@@ -154,6 +159,7 @@ def _play(
             actions = agent.act(net, out, rng)
         obs, reward, terminated, truncated, _ = envs.step(adapter.to_env(actions))
         valid = ~prev_done
+        np.logical_not(valid, out=starts)
         ep_return += np.where(valid, reward, 0.0)
         ep_length += valid
         prev_done = terminated | truncated

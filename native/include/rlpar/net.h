@@ -15,6 +15,12 @@
 //     auto tape = net.forward_train(params.data(), obs, batch, out);   // keeps activations
 //     net.backward(params.data(), *tape, dout, grad, /*accumulate=*/false);
 //
+// Recurrent nets (spec.lstm_hidden > 0: an LSTM core between the torso and the heads, see
+// rlpar/lstm.h) run sequences: `forward_seq` / `forward_train_seq` take T steps of N sequences
+// (time-major rows [T N, ...]), the state at the start [N, state_size()] and the episode starts
+// [T, N]; an actor runs T = 1 and carries the state from call to call. Feed-forward nets take
+// the same calls (the state is ignored) and pay nothing for them.
+//
 // Activations live in a `Workspace` taken from the net's pool for the duration of a call (or of a
 // `Tape`) and given back afterwards, so steady-state calls allocate nothing and memory is bounded by
 // (calls in flight) x (largest batch seen).
@@ -89,6 +95,16 @@ struct NetSpec {
   float input_scale = 1.0f;   // applied to every input element
   std::vector<LayerSpec> layers;
   std::vector<HeadSpec> heads;
+  int64_t lstm_hidden = 0;    // > 0: an LSTM core of this width after the layers, before the heads
+};
+
+// One call's sequence layout. Rows of the input and output are time-major: row t * seqs + n.
+struct SeqArgs {
+  int64_t steps = 1;                // T
+  int64_t seqs = 1;                 // N
+  const float* state0 = nullptr;    // [N, state_size] state before step 0; null: zeros
+  const uint8_t* resets = nullptr;  // [T, N] 1 where an episode starts (state zeroed first); null: none
+  float* state_out = nullptr;       // [N, state_size] state after step T - 1; nullable, may alias state0
 };
 
 struct ParamInfo {
@@ -128,12 +144,14 @@ class Tape {
   Tape(const Tape&) = delete;
   Tape& operator=(const Tape&) = delete;
   int64_t batch() const { return batch_; }
+  int64_t steps() const { return steps_; }
 
  private:
   friend class Net;
   std::shared_ptr<WorkspacePool> pool_;
   std::unique_ptr<Workspace> ws_;
   int64_t batch_;
+  int64_t steps_ = 1;
 };
 
 class Net {
@@ -152,6 +170,9 @@ class Net {
   const std::vector<Shape>& activation_shapes() const { return shapes_; }
   double flops_per_sample() const { return flops_per_sample_; }
   bool has_external() const { return has_external_; }
+  // Floats in one sequence's recurrent state ([h, c] of the LSTM: 2 * lstm_hidden), 0 if none.
+  int64_t state_size() const { return 2 * spec_.lstm_hidden; }
+  bool recurrent() const { return spec_.lstm_hidden > 0; }
 
   // input: [B, input_size] float32 or uint8 (per spec.input_uint8); out: [B, output_size].
   void forward(const float* params, const void* input, int64_t batch, float* out) const;
@@ -159,6 +180,13 @@ class Net {
   // Like forward, and keeps the activations for backward.
   std::unique_ptr<Tape> forward_train(const float* params, const void* input, int64_t batch,
                                       float* out) const;
+
+  // input: [T N, input_size]; out: [T N, output_size]. A recurrent net runs its core through
+  // time; backward of the tape is backpropagation through the T steps (none into state0).
+  // forward / forward_train above are the one-step case from a zero state.
+  void forward_seq(const float* params, const void* input, const SeqArgs& seq, float* out) const;
+  std::unique_ptr<Tape> forward_train_seq(const float* params, const void* input,
+                                          const SeqArgs& seq, float* out) const;
 
   // dout: [B, output_size] gradient of the loss w.r.t. the output; grad: [num_params].
   // `params` must be the buffer the tape was recorded with.
@@ -169,8 +197,28 @@ class Net {
 
  private:
   struct Layer;
-  void run_forward(const float* params, const void* input, int64_t batch, float* out,
+  // Construction steps, in order: check the input, build each layer, then the heads.
+  void check_input() const;
+  int64_t add_param(const std::string& name, const std::string& role, Shape shape, int64_t index,
+                    bool in_head);
+  Layer build_layer(size_t i, const Shape& in);
+  void build_linear(Layer& L, size_t i, const std::string& where);
+  void build_conv(Layer& L, size_t i, const std::string& where);
+  void build_external(Layer& L, size_t i, const std::string& where);
+  void build_core(const Shape& torso_out);
+  void build_heads(const Shape& features);
+  void run_forward(const float* params, const void* input, const SeqArgs& seq, float* out,
                    Workspace& ws) const;
+  void run_torso(const float* params, const void* input, Workspace& ws) const;
+  void run_core(const float* params, const SeqArgs& seq, Workspace& ws) const;
+  void run_heads(const float* params, float* out, Workspace& ws) const;
+  void heads_backward(const float* params, const float* dout, float* grad, float* dfeat,
+                      Workspace& ws) const;
+  const float* core_backward(const float* params, float* dh, float* grad, float* dx,
+                             Workspace& ws) const;
+  void torso_backward(const float* params, float* dy, float* other, float* grad,
+                      Workspace& ws) const;
+  size_t core_slot(size_t k) const;
 
   NetSpec spec_;
   std::vector<Layer> layers_;
@@ -181,6 +229,8 @@ class Net {
   int64_t num_params_ = 0;
   int64_t output_size_ = 0;
   int64_t feature_size_ = 0;
+  int64_t core_in_ = 0;                       // LSTM input features (the torso's output)
+  int64_t core_wx_ = -1, core_wh_ = -1, core_b_ = -1;  // LSTM parameter offsets
   int64_t max_activation_ = 0;  // largest per-sample activation
   double flops_per_sample_ = 0;
   bool has_external_ = false;

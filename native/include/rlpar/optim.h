@@ -4,6 +4,9 @@
 // is one pass over memory and its state is a few flat buffers (easy to checkpoint). The update
 // rules follow PyTorch's definitions (eps outside the square root for RMSProp and Adam), so they
 // can be checked against a numpy reference of those formulas.
+//
+// Domain errors (momentum > 0 without a buffer, an Adam step count < 1, max_norm <= 0) throw
+// std::invalid_argument before anything is written.
 #pragma once
 
 #include <cstddef>
@@ -12,13 +15,14 @@
 namespace rlpar::optim {
 
 // g' = g + wd * p; with momentum: buf = m * buf + g'; step = nesterov ? g' + m * buf : buf;
-// p -= lr * step. `buf` may be null when momentum == 0.
+// p -= lr * step. `buf` may be null when momentum == 0 (and is ignored then).
 void sgd_step(float* p, const float* g, float* buf, size_t n, float lr, float momentum,
               float weight_decay, bool nesterov);
 
 // sq = a * sq + (1 - a) g^2; centered: ga = a * ga + (1 - a) g, denom = sqrt(max(sq - ga^2, 0)) + eps,
 // else denom = sqrt(sq) + eps; momentum: buf = m * buf + g / denom, p -= lr * buf;
-// otherwise p -= lr * g / denom. `grad_avg` null = not centered; `buf` null when momentum == 0.
+// otherwise p -= lr * g / denom. `grad_avg` null = not centered; `buf` may be null when momentum == 0
+// (and is ignored then).
 void rmsprop_step(float* p, const float* g, float* square_avg, float* grad_avg, float* buf,
                   size_t n, float lr, float alpha, float eps, float momentum, float weight_decay);
 

@@ -1,0 +1,12 @@
+// The binding functions PYBIND11_MODULE (module.cc) calls, one per binding file.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace rlpar_py {
+
+void bind_net(pybind11::module_& m);     // net.cc: Net, Tape
+void bind_optim(pybind11::module_& m);   // optim.cc: optimizers, gradient norms
+void bind_losses(pybind11::module_& m);  // losses.cc: actor-critic losses
+
+}  // namespace rlpar_py

@@ -1,0 +1,445 @@
+// Bindings of rlpar::Net (net.h): building a net from Python layer tuples, Python layers, and
+// forward / forward_train / backward with argument checks and the GIL policy (gil.h).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "convert.h"
+#include "gil.h"
+#include "rlpar/net.h"
+#include "snapshot_py.h"
+
+namespace py = pybind11;
+using rlpar::HeadKind;
+using rlpar::HeadSpec;
+using rlpar::LayerSpec;
+using rlpar::Net;
+using rlpar::NetSpec;
+using rlpar::Shape;
+
+namespace rlpar_py {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Argument checks: every message says what was expected and what came.
+
+std::string expected_batch_shape(const Shape& sample) {
+  std::ostringstream o;
+  o << "[B";
+  for (int64_t d : sample) o << ", " << d;
+  o << "]";
+  return o.str();
+}
+
+// params: a flat float32 vector, or a pinned Snapshot (read in place, kept alive by the caller).
+const float* flat_params(const Net& net, py::handle obj) {
+  if (py::isinstance<PySnapshot>(obj)) {
+    const auto& snap = obj.cast<const PySnapshot&>();
+    if (!snap.pin) throw py::value_error("params: this snapshot was released");
+    const rlpar::Pin& pin = snap.pin->pin;
+    if (static_cast<int64_t>(pin.size()) != net.num_params()) {
+      throw py::value_error("params: the snapshot holds " + std::to_string(pin.size()) +
+                            " values, the net expects " + std::to_string(net.num_params()));
+    }
+    return pin.data();
+  }
+  return readonly_flat(obj, net.num_params(), "params");
+}
+
+// Observations: [B, *input_shape] of the net's input dtype; non-contiguous arrays are copied.
+py::array checked_obs(const Net& net, py::handle obj, int64_t& batch) {
+  py::array a = as_array(obj, "obs");
+  const NetSpec& spec = net.spec();
+  const bool ok_dtype = spec.input_uint8 ? same_dtype<uint8_t>(a) : same_dtype<float>(a);
+  if (!ok_dtype) {
+    const char* want = spec.input_uint8 ? "uint8" : "float32";
+    throw py::type_error(std::string("obs must be ") + want + " (the net's input dtype), got " +
+                         dtype_str(a) + " (convert with .astype(np." + want + "))");
+  }
+  const Shape& s = spec.input_shape;
+  bool ok = a.ndim() == static_cast<py::ssize_t>(s.size() + 1) && a.shape(0) >= 1;
+  for (size_t i = 0; ok && i < s.size(); ++i) ok = a.shape(i + 1) == s[i];
+  if (!ok) {
+    throw py::value_error("obs must have shape " + expected_batch_shape(s) + " with B >= 1, got " +
+                          shape_str(a) + (a.ndim() == static_cast<py::ssize_t>(s.size())
+                                             ? " (add a batch axis: obs[None])"
+                                             : ""));
+  }
+  batch = a.shape(0);
+  return contiguous(a);
+}
+
+py::array_t<float> output_buffer(const Net& net, py::object out, int64_t batch) {
+  if (out.is_none()) return py::array_t<float>({batch, net.output_size()});
+  py::array a = as_array(out, "out");
+  require_float32(a, "out");
+  if (a.ndim() != 2 || a.shape(0) != batch || a.shape(1) != net.output_size()) {
+    throw py::value_error("out must have shape (" + std::to_string(batch) + ", " +
+                          std::to_string(net.output_size()) + "), got " + shape_str(a));
+  }
+  if (!(a.flags() & py::array::c_style) || !a.writeable()) {
+    throw py::value_error("out must be a contiguous, writable float32 array");
+  }
+  return py::reinterpret_borrow<py::array_t<float>>(a);
+}
+
+void check_obs_finite(const Net& net, const py::array& obs, int64_t batch) {
+  if (!net.spec().input_uint8) {
+    rlpar::check_finite(static_cast<const float*>(obs.data()), batch * net.input_size(), "obs");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Python layers
+
+std::vector<py::ssize_t> batch_dims(const Shape& s, int64_t batch) {
+  std::vector<py::ssize_t> d{static_cast<py::ssize_t>(batch)};
+  d.insert(d.end(), s.begin(), s.end());
+  return d;
+}
+
+py::array_t<float> copy_to_numpy(const float* src, const Shape& s, int64_t batch) {
+  py::array_t<float> a(batch_dims(s, batch));
+  std::memcpy(a.mutable_data(), src, sizeof(float) * batch * rlpar::shape_numel(s));
+  return a;
+}
+
+class PyExternalLayer final : public rlpar::ExternalLayer {
+ public:
+  explicit PyExternalLayer(py::object layer) : layer_(std::move(layer)) {
+    name_ = py::str(py::type::of(layer_).attr("__name__")).cast<std::string>();
+  }
+  ~PyExternalLayer() override {
+    if (Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      layer_ = py::object();
+    } else {
+      layer_.release();  // the interpreter is gone: nothing left to decrement
+    }
+  }
+
+  Shape output_shape(const Shape& in) override {
+    py::gil_scoped_acquire gil;
+    py::object r = layer_.attr("output_shape")(py::tuple(py::cast(in)));
+    auto not_ints = [&] {
+      return py::type_error(name_ + ".output_shape must return a tuple of ints, got " +
+                            py::repr(r).cast<std::string>());
+    };
+    if (!py::isinstance<py::iterable>(r)) throw not_ints();
+    Shape s;
+    try {
+      for (py::handle d : r) s.push_back(d.cast<int64_t>());
+    } catch (const py::cast_error&) {
+      throw not_ints();
+    }
+    return s;
+  }
+
+  void forward(const float* x, const Shape& in, float* y, const Shape& out, int64_t batch) override {
+    py::gil_scoped_acquire gil;
+    py::object r = layer_.attr("forward")(copy_to_numpy(x, in, batch));
+    copy_result(r, y, out, batch, "forward");
+  }
+
+  void backward(const float* x, const float* y, const float* dy, float* dx, const Shape& in,
+                const Shape& out, int64_t batch) override {
+    py::gil_scoped_acquire gil;
+    py::object r = layer_.attr("backward")(copy_to_numpy(x, in, batch),
+                                           copy_to_numpy(y, out, batch),
+                                           copy_to_numpy(dy, out, batch));
+    copy_result(r, dx, in, batch, "backward");
+  }
+
+ private:
+  void copy_result(const py::object& r, float* dst, const Shape& s, int64_t batch,
+                   const char* method) const {
+    auto not_array = [&] {
+      return py::type_error(name_ + "." + method + " must return a numpy array, got " +
+                            py::str(py::type::of(r).attr("__name__")).cast<std::string>());
+    };
+    // None, scalars and lists would convert to arrays of another shape: name their type instead.
+    if (!PyObject_CheckBuffer(r.ptr()) && !py::hasattr(r, "__array__")) throw not_array();
+    auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(r);
+    if (!a) {
+      PyErr_Clear();
+      throw not_array();
+    }
+    const auto want = batch_dims(s, batch);
+    bool ok = a.ndim() == static_cast<py::ssize_t>(want.size());
+    for (size_t i = 0; ok && i < want.size(); ++i) ok = a.shape(i) == want[i];
+    if (!ok) {
+      throw py::value_error(name_ + "." + method + " returned shape " + shape_str(a) +
+                            ", expected " + rlpar::shape_str(Shape(want.begin(), want.end())));
+    }
+    std::memcpy(dst, a.data(), sizeof(float) * a.size());
+  }
+
+  py::object layer_;
+  std::string name_;
+};
+
+// layers: tuples ("linear", out) | ("conv2d", oc, k, stride, pad) | ("relu",) | ("tanh",) |
+// ("flatten",) | ("python", layer); heads: (kind, size).
+std::shared_ptr<Net> make_net(const Shape& input_shape, bool input_uint8, float input_scale,
+                              const py::list& layers, const py::list& heads, int64_t lstm_hidden) {
+  NetSpec spec;
+  spec.lstm_hidden = lstm_hidden;
+  spec.input_shape = input_shape;
+  spec.input_uint8 = input_uint8;
+  spec.input_scale = input_scale;
+  for (py::handle item : layers) {
+    auto t = item.cast<py::tuple>();
+    const auto kind = t[0].cast<std::string>();
+    if (kind == "linear") {
+      spec.layers.push_back(LayerSpec::linear(t[1].cast<int64_t>()));
+    } else if (kind == "conv2d") {
+      spec.layers.push_back(LayerSpec::conv2d(t[1].cast<int64_t>(), t[2].cast<int64_t>(),
+                                              t[3].cast<int64_t>(), t[4].cast<int64_t>()));
+    } else if (kind == "relu") {
+      spec.layers.push_back(LayerSpec::relu());
+    } else if (kind == "tanh") {
+      spec.layers.push_back(LayerSpec::tanh());
+    } else if (kind == "flatten") {
+      spec.layers.push_back(LayerSpec::flatten());
+    } else if (kind == "python") {
+      spec.layers.push_back(LayerSpec::external_layer(
+          std::make_shared<PyExternalLayer>(py::reinterpret_borrow<py::object>(t[1]))));
+    } else {
+      throw py::value_error("unknown layer kind '" + kind +
+                            "', expected one of linear, conv2d, relu, tanh, flatten, python");
+    }
+  }
+  for (py::handle item : heads) {
+    auto t = item.cast<py::tuple>();
+    const auto kind = t[0].cast<std::string>();
+    HeadSpec h;
+    h.size = t[1].cast<int64_t>();
+    if (kind == "categorical") h.kind = HeadKind::Categorical;
+    else if (kind == "value") h.kind = HeadKind::Value;
+    else if (kind == "gaussian") h.kind = HeadKind::Gaussian;
+    else throw py::value_error("unknown head kind '" + kind + "', expected categorical, value or gaussian");
+    spec.heads.push_back(h);
+  }
+  return std::make_shared<Net>(std::move(spec));
+}
+
+// A recorded forward pass: the core tape plus what keeps its parameters alive and unchanged until
+// backward (the caller's array, or a share of a snapshot's pin).
+struct PyTape {
+  std::shared_ptr<Net> net;
+  std::unique_ptr<rlpar::Tape> tape;
+  py::object params;
+  std::shared_ptr<SharedPin> pin;
+  const float* params_data = nullptr;
+};
+
+// The recurrent part of a call: the state (and episode starts) a recurrent net needs, checked
+// against the net and the batch. `update`: the state is the caller's buffer, overwritten in place
+// with the state after the call (an actor's step); else it is only read (a learner's sequence).
+struct SeqInput {
+  rlpar::SeqArgs args;
+  py::array state, resets;  // keep converted copies alive for the call
+};
+
+SeqInput checked_seq(const Net& net, py::handle state, py::handle resets, int64_t batch,
+                     bool update) {
+  SeqInput s;
+  s.args.seqs = batch;
+  if (!net.recurrent()) {
+    if (!state.is_none() || !resets.is_none()) {
+      throw py::value_error("this net has no recurrent core: pass no state or resets");
+    }
+    return s;
+  }
+  if (state.is_none()) {
+    throw py::value_error("this net has an LSTM core: pass state, float32 [N, " +
+                          std::to_string(net.state_size()) +
+                          "] (zeros at the start of an episode; Net.initial_state(N))");
+  }
+  const py::ssize_t S = net.state_size();
+  if (update) {
+    s.args.state_out = output_array<float>(state, "state", {batch, S});
+    s.args.state0 = s.args.state_out;
+  } else {
+    s.state = as_array(state, "state");
+    require_float32(s.state, "state");
+    if (s.state.ndim() != 2 || s.state.shape(1) != S || s.state.shape(0) < 1 ||
+        batch % s.state.shape(0) != 0) {
+      throw py::value_error("state must have shape (N, " + std::to_string(S) +
+                            ") with N dividing the " + std::to_string(batch) +
+                            " rows of obs (T = rows / N steps), got " + shape_str(s.state));
+    }
+    s.state = contiguous(s.state);
+    s.args.seqs = s.state.shape(0);
+    s.args.state0 = static_cast<const float*>(s.state.data());
+  }
+  s.args.steps = batch / s.args.seqs;
+  if (!resets.is_none()) {
+    const std::vector<py::ssize_t> dims =
+        update ? std::vector<py::ssize_t>{batch}
+               : std::vector<py::ssize_t>{s.args.steps, s.args.seqs};
+    s.resets = input_array<uint8_t>(resets, "resets", dims);
+    s.args.resets = static_cast<const uint8_t*>(s.resets.data());
+  }
+  return s;
+}
+
+py::array_t<float> do_forward(const std::shared_ptr<Net>& net, py::handle params, py::handle obs,
+                              py::object out, py::object release_gil, bool check,
+                              py::handle state, py::handle resets,
+                              std::unique_ptr<rlpar::Tape>* tape) {
+  const float* p = flat_params(*net, params);
+  int64_t batch = 0;
+  py::array x = checked_obs(*net, obs, batch);
+  py::array_t<float> y = output_buffer(*net, std::move(out), batch);
+  const SeqInput seq = checked_seq(*net, state, resets, batch, tape == nullptr);
+  if (check) {
+    rlpar::check_finite(p, net->num_params(), "params");
+    check_obs_finite(*net, x, batch);
+    if (seq.args.state0) rlpar::check_finite(seq.args.state0, seq.args.seqs * net->state_size(), "state");
+  }
+  const void* xp = x.data();
+  float* yp = y.mutable_data();
+  {
+    const bool release = want_release(release_gil, net->flops_per_sample() * batch);
+    CallScope scope(release, net->has_external());
+    if (tape) {
+      *tape = net->forward_train_seq(p, xp, seq.args, yp);
+    } else {
+      net->forward_seq(p, xp, seq.args, yp);
+    }
+  }
+  return y;
+}
+
+py::array_t<float> forward(const std::shared_ptr<Net>& net, py::handle params, py::handle obs,
+                           py::object out, py::object release_gil, bool check_finite,
+                           py::handle state, py::handle resets) {
+  return do_forward(net, params, obs, std::move(out), std::move(release_gil), check_finite, state,
+                    resets, nullptr);
+}
+
+py::tuple forward_train(const std::shared_ptr<Net>& net, py::handle params, py::handle obs,
+                        py::object out, py::object release_gil, bool check_finite,
+                        py::handle state, py::handle resets) {
+  PyTape t{net, nullptr, py::reinterpret_borrow<py::object>(params), nullptr, nullptr};
+  if (py::isinstance<PySnapshot>(params)) t.pin = params.cast<const PySnapshot&>().pin;
+  t.params_data = flat_params(*net, params);
+  auto y = do_forward(net, params, obs, std::move(out), std::move(release_gil), check_finite,
+                      state, resets, &t.tape);
+  return py::make_tuple(y, std::move(t));
+}
+
+// dout: float32 [B, output_size] like the tape's forward output (copied when not contiguous).
+py::array checked_dout(const Net& net, py::handle dout, int64_t batch) {
+  py::array d = as_array(dout, "dout");
+  require_float32(d, "dout");
+  if (d.ndim() != 2 || d.shape(0) != batch || d.shape(1) != net.output_size()) {
+    throw py::value_error("dout must have shape (" + std::to_string(batch) + ", " +
+                          std::to_string(net.output_size()) + ") like the forward output, got " +
+                          shape_str(d));
+  }
+  return contiguous(d);
+}
+
+py::array grad_buffer(const Net& net, py::object grad, bool accumulate) {
+  if (!grad.is_none()) return as_array(grad, "grad");
+  if (accumulate) throw py::value_error("accumulate=True needs a grad buffer to add into");
+  return py::array_t<float>(net.num_params());
+}
+
+py::array backward(const std::shared_ptr<Net>& net, PyTape& tape, py::handle dout, py::object grad,
+                   bool accumulate, py::object release_gil, bool check_finite) {
+  if (!tape.tape) throw py::value_error("this tape was released; record a new one with forward_train");
+  if (tape.net != net) throw py::value_error("this tape was recorded by another net");
+  const int64_t batch = tape.tape->batch();
+  const float* p = tape.params_data;
+  py::array d = checked_dout(*net, dout, batch);
+  py::array g = grad_buffer(*net, std::move(grad), accumulate);
+  float* gp = writable_flat(g, net->num_params(), "grad");
+  const float* dp = static_cast<const float*>(d.data());
+  if (check_finite) rlpar::check_finite(dp, batch * net->output_size(), "dout");
+  {
+    const bool release = want_release(release_gil, 2.0 * net->flops_per_sample() * batch);
+    CallScope scope(release, net->has_external());
+    net->backward(p, *tape.tape, dp, gp, accumulate);
+  }
+  return g;
+}
+
+py::list shapes_list(const std::vector<Shape>& shapes) {
+  py::list out;
+  for (const Shape& s : shapes) out.append(py::tuple(py::cast(s)));
+  return out;
+}
+
+py::list outputs_list(const Net& n) {
+  py::list out;
+  for (const auto& o : n.outputs()) out.append(py::make_tuple(o.name, o.head, o.begin, o.size));
+  return out;
+}
+
+py::list param_info_list(const Net& n) {
+  py::list out;
+  for (const auto& p : n.param_info()) {
+    out.append(py::make_tuple(p.name, p.role, p.offset, py::tuple(py::cast(p.shape)), p.index,
+                              p.in_head));
+  }
+  return out;
+}
+
+py::dict workspace_stats(const Net& n) {
+  auto s = n.workspace_stats();
+  py::dict d;
+  d["workspaces"] = s.workspaces;
+  d["idle"] = s.idle;
+  d["bytes"] = s.bytes;
+  d["allocations"] = s.allocations;
+  return d;
+}
+
+}  // namespace
+
+void bind_net(py::module_& m) {
+  py::class_<PyTape>(m, "Tape", "Activations of one forward_train call, consumed by backward.")
+      .def_property_readonly("batch", [](const PyTape& t) { return t.tape ? t.tape->batch() : 0; })
+      .def("release", [](PyTape& t) { t.tape.reset(); },
+           "Give the workspace back to the net now instead of when the tape is collected.");
+
+  py::class_<Net, std::shared_ptr<Net>>(m, "Net", py::dynamic_attr())
+      .def(py::init(&make_net), py::arg("input_shape"), py::arg("input_uint8"),
+           py::arg("input_scale"), py::arg("layers"), py::arg("heads"),
+           py::arg("lstm_hidden") = 0)
+      .def_property_readonly("state_size", &Net::state_size)
+      .def_property_readonly("recurrent", &Net::recurrent)
+      .def_property_readonly("num_params", &Net::num_params)
+      .def_property_readonly("output_size", &Net::output_size)
+      .def_property_readonly("input_shape",
+                             [](const Net& n) { return py::tuple(py::cast(n.spec().input_shape)); })
+      .def_property_readonly("input_uint8", [](const Net& n) { return n.spec().input_uint8; })
+      .def_property_readonly("flops_per_sample", &Net::flops_per_sample)
+      .def_property_readonly("activation_shapes",
+                             [](const Net& n) { return shapes_list(n.activation_shapes()); })
+      .def_property_readonly("outputs", &outputs_list)
+      .def_property_readonly("param_info", &param_info_list)
+      .def("workspace_stats", &workspace_stats)
+      .def("forward", &forward, py::arg("params"), py::arg("obs"), py::arg("out") = py::none(),
+           py::arg("release_gil") = py::none(), py::arg("check_finite") = false,
+           py::kw_only(), py::arg("state") = py::none(), py::arg("resets") = py::none())
+      .def("forward_train", &forward_train, py::arg("params"), py::arg("obs"),
+           py::arg("out") = py::none(), py::arg("release_gil") = py::none(),
+           py::arg("check_finite") = false, py::kw_only(), py::arg("state") = py::none(),
+           py::arg("resets") = py::none())
+      .def("backward", &backward, py::arg("tape"), py::arg("dout"), py::arg("grad") = py::none(),
+           py::arg("accumulate") = false, py::arg("release_gil") = py::none(),
+           py::arg("check_finite") = false);
+}
+
+}  // namespace rlpar_py

@@ -1,0 +1,213 @@
+"""Recurrent policies through the runtime: actors carry the core state, rollouts store it at the
+unroll start, the learner re-runs each unroll from it with the episode-start resets; agents,
+deterministic mode, checkpoints, evaluation and the fused path's fallback."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import rlpar
+from rlpar.checkpoint import latest_checkpoint
+from rlpar.config import EnvConfig, RuntimeConfig
+from rlpar.data import Batch, episode_starts
+from rlpar.runtime import Runner
+from rlpar.runtime.actor import Actor
+from rlpar.runtime.common import EpisodeLog
+from rlpar.runtime.envs import make_actor_envs
+
+
+def impala(lstm: int = 8, **kw) -> rlpar.Agent:
+    return rlpar.make_agent("impala", {"net": {"hidden": [16], "lstm": lstm}, **kw})
+
+
+def small_runtime(**kw) -> RuntimeConfig:
+    base = dict(
+        num_actors=2,
+        envs_per_actor=3,
+        unroll_length=6,
+        batch_rollouts=2,
+        total_env_steps=1500,
+        checkpoint_interval_s=None,
+    )
+    base.update(kw)
+    return RuntimeConfig(**base)
+
+
+def make_actor(env_id: str = "CartPole-v1", lstm: int = 8) -> Actor:
+    agent = impala(lstm)
+    envs = make_actor_envs(EnvConfig(env_id), 3)
+    net = rlpar.Net(agent.net_spec(envs.single_observation_space, envs.single_action_space))
+    params = net.init_params(seed=0)
+    # Large random weights make the state matter for the outputs.
+    params += np.random.default_rng(1).standard_normal(params.size).astype(np.float32) * 0.3
+    agent.init_state(net, params)
+    store = rlpar.SnapshotStore(net.num_params, num_slots=4)
+    store.publish(params, version=1)
+    actor = Actor(
+        0, envs=envs, agent=agent, net=net, store=store, unroll_length=7, num_buffers=3, seed=0
+    )
+    actor.params = params
+    return actor
+
+
+def test_learner_rerun_of_each_unroll_gives_the_actors_outputs() -> None:
+    """Three consecutive unrolls with episodes ending inside them: recomputing each from its
+    stored start state with `episode_starts` reproduces the behaviour outputs; and the state
+    carried across unrolls is the one the previous unroll ended with."""
+    actor = make_actor()
+    net, params = actor.net, actor.params
+    episodes = EpisodeLog()
+    seen_resets = 0
+    for _ in range(6):
+        r = actor.free.get()
+        actor.unroll(r, episodes)
+        batch = Batch.stack([r], learner_version=1)
+        t_len, k = r.rewards.shape
+        obs = batch.obs.reshape((t_len + 1) * k, -1)
+        out, tape = net.forward_train(params, obs, **batch.core_args())
+        tape.release()
+        np.testing.assert_allclose(
+            out.reshape(t_len + 1, k, -1)[:t_len], r.behaviour, rtol=1e-5, atol=1e-5
+        )
+        seen_resets += int(episode_starts(r.mask)[1:].sum())
+        actor.free.put(r)
+    assert seen_resets > 0, "no episode started inside an unroll: the resets went untested"
+    assert episodes.count > 0
+
+
+def test_stored_state_is_the_previous_unrolls_end_state() -> None:
+    actor = make_actor()
+    net, params = actor.net, actor.params
+    episodes = EpisodeLog()
+    first, second = actor.free.get(), actor.free.get()
+    actor.unroll(first, episodes)
+    actor.unroll(second, episodes)
+    t_len = first.rewards.shape[0]
+    state = first.core_state.copy()
+    starts = episode_starts(first.mask)
+    for t in range(t_len):
+        net.forward(params, first.obs[t], state=state, resets=starts[t])
+    state[starts[t_len]] = 0.0  # the start pending for the next unroll's step 0
+    np.testing.assert_allclose(second.core_state, state, rtol=1e-6, atol=1e-6)
+    assert np.abs(second.core_state).sum() > 0
+
+
+def test_feed_forward_rollouts_carry_an_empty_state() -> None:
+    actor = make_actor(lstm=0)
+    r = actor.free.get()
+    actor.unroll(r, EpisodeLog())
+    assert r.core_state.shape == (3, 0)
+    assert Batch.stack([r, r], learner_version=1).core_args() == {}
+
+
+def test_batch_stacks_and_splits_the_state_by_env() -> None:
+    actor = make_actor()
+    rollouts = [actor.free.get() for _ in range(2)]
+    for r in rollouts:
+        actor.unroll(r, EpisodeLog())
+    batch = Batch.stack(rollouts, learner_version=2)
+    assert batch.core_state.shape == (6, 16)
+    np.testing.assert_array_equal(batch.core_state[3:], rollouts[1].core_state)
+    shards = batch.split(2)
+    np.testing.assert_array_equal(shards[1].core_state, batch.core_state[3:])
+    assert shards[1].core_args()["resets"].shape == (8, 3)
+    np.testing.assert_array_equal(
+        shards[1].core_args(bootstrap=False)["resets"], shards[1].core_args()["resets"][:-1]
+    )
+
+
+@pytest.mark.parametrize("name", ["impala", "a3c"])
+def test_agents_train_with_an_lstm_core(name) -> None:
+    agent = rlpar.make_agent(name, {"net": {"hidden": [16], "lstm": 8}})
+    runner = Runner(agent, EnvConfig("CartPole-v1"), small_runtime(learner_threads=2))
+    before = runner.state.params.copy()
+    result = runner.run()
+    assert result.learner_steps > 0
+    assert runner.net.recurrent
+    assert not np.array_equal(before, runner.state.params)
+    assert np.isfinite(runner.state.params).all()
+
+
+def test_lstm_config_is_checked() -> None:
+    with pytest.raises(ValueError, match="lstm: expected an integer >= 0, got -1"):
+        rlpar.make_agent("impala", {"net": {"lstm": -1}})
+
+
+def test_deterministic_mode_is_bit_identical_with_an_lstm() -> None:
+    def final_params(seed: int) -> np.ndarray:
+        cfg = small_runtime(deterministic=True, seed=seed, buffers_per_actor=2, batch_rollouts=4)
+        runner = Runner(impala(), EnvConfig("CartPole-v1"), cfg)
+        runner.run()
+        return runner.state.params.copy()
+
+    a, b, c = final_params(1), final_params(1), final_params(2)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+def test_checkpoint_resume_keeps_the_core_and_refuses_another_width(tmp_path) -> None:
+    env = EnvConfig("CartPole-v1")
+    first = Runner(impala(), env, small_runtime(total_env_steps=600), checkpoint_dir=tmp_path)
+    first.run()
+    path = latest_checkpoint(tmp_path)
+    second = Runner(impala(), env, small_runtime(total_env_steps=1200), resume=path)
+    np.testing.assert_array_equal(second.state.params, first.state.params)
+    assert second.run().learner_steps > first.state.steps
+    with pytest.raises(ValueError, match="architecture"):
+        Runner(impala(lstm=4), env, small_runtime(), resume=path)
+
+
+def test_fused_native_envs_fall_back_to_the_python_path() -> None:
+    actor = make_actor("rlpar/CartPole-v1")
+    assert actor.sampler is None  # the fused unroll refused the recurrent net
+    r = actor.free.get()
+    actor.unroll(r, EpisodeLog())
+    assert np.abs(r.behaviour).sum() > 0
+
+
+def test_actor_threads_keep_their_own_states() -> None:
+    """Two actors sharing one net, each on its own thread: every rollout still re-runs to its
+    own behaviour outputs (no state crosses actors)."""
+    actors = [make_actor() for _ in range(2)]
+    errors: list[BaseException] = []
+    done: list[tuple[Actor, object]] = []
+
+    def work(actor: Actor) -> None:
+        try:
+            for _ in range(3):
+                r = actor.free.get()
+                actor.unroll(r, EpisodeLog())
+                done.append((actor, r))
+        except BaseException as e:  # re-raised below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(a,)) for a in actors]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    for actor, r in done:
+        batch = Batch.stack([r], learner_version=1)
+        obs = batch.obs.reshape(-1, batch.obs.shape[-1])
+        out, tape = actor.net.forward_train(actor.params, obs, **batch.core_args())
+        tape.release()
+        t_len, k = r.rewards.shape
+        np.testing.assert_allclose(
+            out.reshape(t_len + 1, k, -1)[:t_len], r.behaviour, rtol=1e-5, atol=1e-5
+        )
+
+
+def test_evaluation_carries_the_state() -> None:
+    """The evaluation's episode loop (`rlpar eval`, a run's evaluations) runs a recurrent net
+    (it must pass the state)."""
+    from rlpar.runtime.evaluation import _play
+
+    actor = make_actor()
+    played = _play(actor.envs, actor.net, actor.params, actor.agent, 4, True, 0, None)
+    assert played is not None
+    returns, _, policy = played
+    assert len(returns) == 4 and policy == "greedy"
