@@ -19,7 +19,7 @@
 #include "rlpar/layers.h"
 
 #if defined(__AVX512F__)
-#include <immintrin.h>
+#include "avx512_kernels.h"
 #define RLPAR_CONV_AVX512 1
 #endif
 
@@ -160,31 +160,7 @@ void gemm_backward(float* dx, float* dw, const float* dy, const float* x, const 
 // AVX-512 path: implicit-GEMM micro-kernels.
 #if RLPAR_CONV_AVX512
 
-constexpr int kMaxVectors = 4;  // output channels (or patch columns) per tile: 4 x 16 floats
-
-__mmask16 tail_mask(int64_t n) {
-  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
-}
-
-// Rows per tile for NV vectors per row: ~24 accumulators of the 32 zmm registers.
-template <int NV>
-constexpr int tile_rows() {
-  return NV == 1 ? 12 : NV == 2 ? 12 : NV == 3 ? 8 : 6;
-}
-
-template <int NV>
-inline void load_row(__m512* v, const float* p, __mmask16 last) {
-#pragma GCC unroll 4
-  for (int i = 0; i < NV - 1; ++i) v[i] = _mm512_loadu_ps(p + 16 * i);
-  v[NV - 1] = _mm512_maskz_loadu_ps(last, p + 16 * (NV - 1));
-}
-
-template <int NV>
-inline void store_row(float* p, const __m512* v, __mmask16 last) {
-#pragma GCC unroll 4
-  for (int i = 0; i < NV - 1; ++i) _mm512_storeu_ps(p + 16 * i, v[i]);
-  _mm512_mask_storeu_ps(p + 16 * (NV - 1), last, v[NV - 1]);
-}
+using namespace simd;
 
 // Where the patch of each output position starts in an unpadded input, for `count` positions
 // from flat position `p0` (over samples, then oy, then ox).
@@ -193,64 +169,6 @@ void patch_starts(const float** a, const float* x, int64_t p0, int64_t count, co
   for (int64_t r = 0; r < count; ++r) {
     const int64_t p = p0 + r, n = p / pos, q = p % pos, oy = q / s.ow, ox = q % s.ow;
     a[r] = x + n * sample_size(s) + (oy * s.stride * s.w + ox * s.stride) * s.c;
-  }
-}
-
-struct FwdArgs {
-  const float* const* a;  // [R] patch starts
-  int64_t k, run, row_stride;  // kernel rows, floats per kernel row (K*C), floats per input row
-  const float* w;  // [patch, ldw], already offset to the tile's first channel
-  const float* b;  // [oc], offset likewise
-  int64_t ldw;
-  float* y;  // first row of the tile, offset to the first channel; row stride ldw
-  __mmask16 last;
-  bool relu;
-};
-
-template <int R, int NV>
-void fwd_tile(const FwdArgs& g) {
-  __m512 acc[R][NV];
-#pragma GCC unroll 12
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-  for (int64_t ky = 0; ky < g.k; ++ky) {
-    const float* wk = g.w + ky * g.run * g.ldw;
-    const int64_t off = ky * g.row_stride;
-    const float* a[R];
-#pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) a[r] = g.a[r] + off;
-    for (int64_t j = 0; j < g.run; ++j) {
-      __m512 bv[NV];
-      load_row<NV>(bv, wk + j * g.ldw, g.last);
-#pragma GCC unroll 12
-      for (int r = 0; r < R; ++r) {
-        const __m512 av = _mm512_set1_ps(a[r][j]);
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
-      }
-    }
-  }
-  __m512 bias[NV];
-  load_row<NV>(bias, g.b, g.last);
-  const __m512 zero = _mm512_setzero_ps();
-#pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      acc[r][v] = _mm512_add_ps(acc[r][v], bias[v]);
-      if (g.relu) acc[r][v] = _mm512_max_ps(acc[r][v], zero);
-    }
-    store_row<NV>(g.y + r * g.ldw, acc[r], g.last);
-  }
-}
-
-// Calls fwd_tile<rows, NV> for a runtime `rows` <= R (the last, partial tile).
-template <int R, int NV>
-void fwd_tile_n(int64_t rows, const FwdArgs& g) {
-  if constexpr (R > 0) {
-    if (rows == R) return fwd_tile<R, NV>(g);
-    fwd_tile_n<R - 1, NV>(rows, g);
   }
 }
 
@@ -282,45 +200,6 @@ void fast_forward(float* y, const float* x, const float* w, const float* b, int6
   }
 }
 
-struct DwArgs {
-  float* dw;        // first patch row of the tile, offset to the first channel; row stride ldw
-  const float* dy;  // [positions, ldw] of one sample, offset likewise
-  const float* x;   // the sample's input, offset by ky * row_stride + j (first patch column)
-  int64_t ldw, oh, ow, step_x, step_y;  // floats between neighbouring patches along ox and oy
-  __mmask16 last;
-};
-
-template <int KR, int NV>
-void dw_tile(const DwArgs& g) {
-  __m512 acc[KR][NV];
-#pragma GCC unroll 12
-  for (int r = 0; r < KR; ++r) load_row<NV>(acc[r], g.dw + r * g.ldw, g.last);
-  const float* d = g.dy;
-  for (int64_t oy = 0; oy < g.oh; ++oy) {
-    const float* a = g.x + oy * g.step_y;
-    for (int64_t ox = 0; ox < g.ow; ++ox, a += g.step_x, d += g.ldw) {
-      __m512 dv[NV];
-      load_row<NV>(dv, d, g.last);
-#pragma GCC unroll 12
-      for (int r = 0; r < KR; ++r) {
-        const __m512 av = _mm512_set1_ps(a[r]);
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, dv[v], acc[r][v]);
-      }
-    }
-  }
-#pragma GCC unroll 12
-  for (int r = 0; r < KR; ++r) store_row<NV>(g.dw + r * g.ldw, acc[r], g.last);
-}
-
-template <int KR, int NV>
-void dw_tile_n(int64_t rows, const DwArgs& g) {
-  if constexpr (KR > 0) {
-    if (rows == KR) return dw_tile<KR, NV>(g);
-    dw_tile_n<KR - 1, NV>(rows, g);
-  }
-}
-
 // dw += the weight gradient of one unpadded sample, for channels oc0 .. oc0 + 16 NV.
 template <int NV>
 void dw_sample(float* dw, const float* dy, const float* x, int64_t oc0, const ConvShape& s) {
@@ -345,50 +224,6 @@ void fast_weight_grad(float* dw, const float* dy, const float* x, const ConvShap
       case 3: dw_sample<3>(dw, dy, x, oc0, s); break;
       default: dw_sample<4>(dw, dy, x, oc0, s); break;
     }
-  }
-}
-
-struct DxArgs {
-  float* const* dx;         // [R] where each position's patch starts in dx, + ky row + column
-  const float* const* dy;   // [R] each position's gradient row [OC]
-  const float* wt;          // transposed weight [OC, patch], offset to (ky, column)
-  int64_t oc, ldwt;
-  __mmask16 last;
-};
-
-template <int R, int NV>
-void dx_tile(const DxArgs& g) {
-  __m512 acc[R][NV];
-#pragma GCC unroll 12
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-  for (int64_t o = 0; o < g.oc; ++o) {
-    __m512 wv[NV];
-    load_row<NV>(wv, g.wt + o * g.ldwt, g.last);
-#pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) {
-      const __m512 dv = _mm512_set1_ps(g.dy[r][o]);
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(dv, wv[v], acc[r][v]);
-    }
-  }
-  // In position order: patches of neighbouring positions overlap when stride < kernel.
-#pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) {
-    __m512 cur[NV];
-    load_row<NV>(cur, g.dx[r], g.last);
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) cur[v] = _mm512_add_ps(cur[v], acc[r][v]);
-    store_row<NV>(g.dx[r], cur, g.last);
-  }
-}
-
-template <int R, int NV>
-void dx_tile_n(int64_t rows, const DxArgs& g) {
-  if constexpr (R > 0) {
-    if (rows == R) return dx_tile<R, NV>(g);
-    dx_tile_n<R - 1, NV>(rows, g);
   }
 }
 

@@ -219,8 +219,8 @@ struct Net::Layer {
   Shape in, out;
   int64_t w = -1, b = -1;  // parameter offsets
   layers::ConvShape conv{};
-  // A ReLU right after a conv is applied in the conv's epilogue; the ReLU layer then shares the
-  // conv's output (its backward still reads that output as y).
+  // A ReLU right after a conv or linear layer is applied in that layer's epilogue; the ReLU
+  // layer then shares its output (its backward still reads that output as y).
   bool relu_epilogue = false, fused_into_previous = false;
   std::shared_ptr<ExternalLayer> external;
 };
@@ -328,7 +328,9 @@ Net::Net(NetSpec spec) : spec_(std::move(spec)), pool_(std::make_shared<Workspac
   }
   shapes_.push_back(cur);
   for (size_t i = 1; i < layers_.size(); ++i) {
-    if (layers_[i].kind == LayerKind::ReLU && layers_[i - 1].kind == LayerKind::Conv2d) {
+    const LayerKind prev = layers_[i - 1].kind;
+    if (layers_[i].kind == LayerKind::ReLU &&
+        (prev == LayerKind::Conv2d || prev == LayerKind::Linear)) {
       layers_[i - 1].relu_epilogue = true;
       layers_[i].fused_into_previous = true;
     }
@@ -405,7 +407,8 @@ void Net::run_forward(const float* params, const void* input, int64_t batch, flo
     float* y = ws.get(kActBase + i + 1, n_out);
     switch (l.kind) {
       case LayerKind::Linear:
-        layers::linear_forward(y, x, params + l.w, params + l.b, batch, l.in[0], l.out[0]);
+        layers::linear_forward(y, x, params + l.w, params + l.b, batch, l.in[0], l.out[0],
+                               l.relu_epilogue);
         break;
       case LayerKind::Conv2d: {
         float* scratch = ws.get(kCol, layers::conv2d_scratch_floats(l.conv, batch, false));

@@ -9,9 +9,9 @@
 
 namespace rlpar::layers {
 
-// x: [B, in], w: [in, out], b: [out] -> y: [B, out]
+// x: [B, in], w: [in, out], b: [out] -> y: [B, out], then max(y, 0) if `relu`.
 void linear_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
-                    int64_t in, int64_t out);
+                    int64_t in, int64_t out, bool relu);
 // dy: [B, out] -> dx: [B, in] (nullable), dw += x^T dy, db += sum_b dy
 void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
                      const float* w, int64_t batch, int64_t in, int64_t out);
