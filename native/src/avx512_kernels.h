@@ -41,7 +41,7 @@ struct FwdArgs {
   const float* const* a;  // [R] patch starts
   int64_t k, run, row_stride;  // kernel rows, floats per kernel row (K*C), floats per input row
   const float* w;  // [patch, ldw], already offset to the tile's first channel
-  const float* b;  // [oc], offset likewise
+  const float* b;  // [oc], offset likewise; nullptr: no bias
   int64_t ldw;
   float* y;  // first row of the tile, offset to the first channel; row stride ldw
   __mmask16 last;
@@ -80,7 +80,7 @@ inline void fwd_tile(const FwdArgs& g) {
       }
     }
   }
-  if (g.final) {
+  if (g.final && g.b != nullptr) {
     __m512 bias[NV];
     load_row<NV>(bias, g.b, g.last);
     const __m512 zero = _mm512_setzero_ps();
@@ -92,6 +92,12 @@ inline void fwd_tile(const FwdArgs& g) {
         if (g.relu) acc[r][v] = _mm512_max_ps(acc[r][v], zero);
       }
     }
+  }
+  if (g.final && g.b == nullptr && g.relu) {
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_max_ps(acc[r][v], _mm512_setzero_ps());
   }
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) store_row<NV>(g.y + r * g.ldw, acc[r], g.last);
@@ -186,6 +192,45 @@ inline void dx_tile_n(int64_t rows, const DxArgs& g) {
   if constexpr (R > 0) {
     if (rows == R) return dx_tile<R, NV>(g);
     dx_tile_n<R - 1, NV>(rows, g);
+  }
+}
+
+// dst[j * ldd + i] = src[i * lds + j] for a 16 x 16 block, in registers.
+inline void transpose16(float* dst, int64_t ldd, const float* src, int64_t lds) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      t[8 * i + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + 4 + j], 0x88);
+      t[8 * i + 4 + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + 4 + j], 0xdd);
+    }
+  }
+  for (int j = 0; j < 8; ++j) {
+    _mm512_storeu_ps(dst + j * ldd, _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88));
+    _mm512_storeu_ps(dst + (8 + j) * ldd, _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd));
+  }
+}
+
+// wt: [cols, rows] <- w: [rows, cols].
+inline void transpose(float* wt, const float* w, int64_t rows, int64_t cols) {
+  const int64_t r16 = rows / 16 * 16, c16 = cols / 16 * 16;
+  for (int64_t i = 0; i < r16; i += 16) {
+    for (int64_t j = 0; j < c16; j += 16) transpose16(wt + j * rows + i, rows, w + i * cols + j, cols);
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = (i < r16 ? c16 : 0); j < cols; ++j) wt[j * rows + i] = w[i * cols + j];
   }
 }
 

@@ -316,11 +316,7 @@ void conv2d_backward(float* dx, float* dw, float* db, const float* dy, const flo
 #if RLPAR_CONV_AVX512
   const int64_t patch = s.patch();
   float* wt = scratch;  // [OC, patch]
-  if (dx != nullptr) {
-    for (int64_t i = 0; i < patch; ++i) {
-      for (int64_t o = 0; o < s.oc; ++o) wt[o * patch + i] = w[i * s.oc + o];
-    }
-  }
+  if (dx != nullptr) transpose(wt, w, patch, s.oc);
   if (s.pad == 0) {
     for (int64_t n = 0; n < batch; ++n) {
       fast_weight_grad(dw, dy + n * pos * s.oc, x + n * sample_size(s), s);

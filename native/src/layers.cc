@@ -25,12 +25,13 @@ using ConstArrMap = Eigen::Map<const Eigen::ArrayXf>;
 // every row tile of the batch uses it.
 constexpr int64_t kLinearBlock = 512;
 
+// y[:, oc0 .. oc0 + 16 NV] = x w (+ b, ReLU); b may be nullptr.
 template <int NV>
 void linear_forward_columns(float* y, const float* x, const float* w, const float* b,
                             int64_t batch, int64_t in, int64_t out, int64_t oc0, bool relu) {
   constexpr int R = simd::tile_rows<NV>();
   const float* a[R];
-  simd::FwdArgs g{a, 1, 0, 0, nullptr, b + oc0, out, nullptr,
+  simd::FwdArgs g{a, 1, 0, 0, nullptr, b ? b + oc0 : nullptr, out, nullptr,
                   simd::tail_mask(out - oc0 - 16 * (NV - 1)), relu};
   for (int64_t k0 = 0; k0 < in; k0 += kLinearBlock) {
     g.run = std::min(kLinearBlock, in - k0);
@@ -102,21 +103,39 @@ void linear_forward(float* y, const float* x, const float* w, const float* b, in
 #endif
 }
 
+int64_t linear_scratch_floats(int64_t in, int64_t out) {
+#if RLPAR_LINEAR_AVX512
+  return in * out;
+#else
+  (void)in;
+  (void)out;
+  return 0;
+#endif
+}
+
 void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                     const float* w, int64_t batch, int64_t in, int64_t out) {
-  ConstMatMap DY(dy, batch, out);
+                     const float* w, int64_t batch, int64_t in, int64_t out, float* scratch) {
 #if RLPAR_LINEAR_AVX512
   for_column_tiles(out, [&](auto nv, int64_t oc0) {
     linear_weight_grad_columns<decltype(nv)::value>(dw, dy, x, batch, in, out, oc0);
   });
 #else
-  MatMap(dw, in, out).noalias() += ConstMatMap(x, batch, in).transpose() * DY;
+  MatMap(dw, in, out).noalias() += ConstMatMap(x, batch, in).transpose() * ConstMatMap(dy, batch, out);
 #endif
   add_column_sums(db, dy, batch, out, out);
-  if (dx != nullptr) {
-    MatMap DX(dx, batch, in);
-    DX.noalias() = DY * ConstMatMap(w, in, out).transpose();
-  }
+  if (dx == nullptr) return;
+#if RLPAR_LINEAR_AVX512
+  // dx = dy w^T: the forward kernel over the transposed weight.
+  simd::transpose(scratch, w, in, out);
+  for_column_tiles(in, [&](auto nv, int64_t j0) {
+    linear_forward_columns<decltype(nv)::value>(dx, dy, scratch, nullptr, batch, out, in, j0,
+                                                false);
+  });
+#else
+  (void)scratch;
+  MatMap(dx, batch, in).noalias() =
+      ConstMatMap(dy, batch, out) * ConstMatMap(w, in, out).transpose();
+#endif
 }
 
 void add_column_sums(float* acc, const float* x, int64_t rows, int64_t cols, int64_t stride) {

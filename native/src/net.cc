@@ -499,8 +499,9 @@ void Net::backward(const float* params, const Tape& tape, const float* dout, flo
     const int64_t n_out = batch * shape_numel(l.out);
     switch (l.kind) {
       case LayerKind::Linear:
-        layers::linear_backward(dx, grad + l.w, grad + l.b, dy, x, params + l.w, batch, l.in[0],
-                                l.out[0]);
+        layers::linear_backward(
+            dx, grad + l.w, grad + l.b, dy, x, params + l.w, batch, l.in[0], l.out[0],
+            dx ? ws.get(kCol, layers::linear_scratch_floats(l.in[0], l.out[0])) : nullptr);
         break;
       case LayerKind::Conv2d: {
         float* scratch = ws.get(kCol, layers::conv2d_scratch_floats(l.conv, batch, true));

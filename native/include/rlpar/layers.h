@@ -12,9 +12,11 @@ namespace rlpar::layers {
 // x: [B, in], w: [in, out], b: [out] -> y: [B, out], then max(y, 0) if `relu`.
 void linear_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
                     int64_t in, int64_t out, bool relu);
+// Floats of scratch linear_backward needs (may be 0).
+int64_t linear_scratch_floats(int64_t in, int64_t out);
 // dy: [B, out] -> dx: [B, in] (nullable), dw += x^T dy, db += sum_b dy
 void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                     const float* w, int64_t batch, int64_t in, int64_t out);
+                     const float* w, int64_t batch, int64_t in, int64_t out, float* scratch);
 
 struct ConvShape {
   int64_t h, w, c;        // input, channels last
