@@ -25,6 +25,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 import rlpar
 from rlpar import _native
+from rlpar.bench.conv import bench_conv, conv_ratios, format_conv
 from rlpar.bench.timing import (
     BackgroundLoad,
     import_optional,
@@ -354,6 +355,8 @@ def bench_net(quick: bool = False) -> dict:
         {"forward_us": {"mlp"|"conv": {"native"|"numpy"|"torch": {batch: µs}}},
          "threads_fps": {"released"|"held": {batch: {threads: forwards/s}}},
          "train_step_ms": {"native": ms, "torch": ms},
+         "conv_forward_ms", "conv_train_ms", "conv_gflops", "conv_learner_threads": see
+         `rlpar.bench.conv.bench_conv`,
          "gil_release_threshold_flops": float, "torch_threads": 1, "numpy_blas_threads": 1,
          "ratios": {...}, "background_load_cores": float}
 
@@ -376,9 +379,10 @@ def bench_net(quick: bool = False) -> dict:
             "threads_fps": _thread_scaling(mlp, mlp.init_params(seed=0), THREAD_BATCHES, budget),
             "train_step_ms": _train_step_ms(mlp, budget, torch),
             "gil_release_threshold_flops": rlpar.gil_release_threshold(),
+            **bench_conv(torch, budget.chunk_s, budget.repeats, quick),
             **limited,
         }
-    result["ratios"] = _net_ratios(result)
+    result["ratios"] = {**_net_ratios(result), **conv_ratios(result)}
     result["background_load_cores"] = load.cores
     return result
 
@@ -422,6 +426,7 @@ def format_net(r: dict) -> str:
             )
     steps = ", ".join(f"{impl} {ms:.4g}" for impl, ms in r["train_step_ms"].items())
     lines.append(f"train step, mlp batch {TRAIN_BATCH}, ms: {steps}")
+    lines += format_conv(r)
     lines.append(f"GIL release threshold: {r['gil_release_threshold_flops']:.0f} flops")
     lines.append("speed-ups: " + _flat(r["ratios"]))
     lines.append(_load_line(r["background_load_cores"]))
