@@ -33,36 +33,9 @@ using ConstRowVec = Eigen::Map<const Eigen::RowVectorXf>;
 
 int64_t sample_size(const ConvShape& s) { return s.h * s.w * s.c; }
 
-// The same conv on an input already padded: what the kernels see after `pad_sample`.
-ConvShape unpadded(const ConvShape& s) {
-  ConvShape q = s;
-  q.h += 2 * s.pad;
-  q.w += 2 * s.pad;
-  q.pad = 0;
-  return q;
-}
-
-// dst: [H + 2P, W + 2P, C] <- src: [H, W, C] with a zero border.
-void pad_sample(float* dst, const float* src, const ConvShape& s) {
-  const ConvShape q = unpadded(s);
-  std::memset(dst, 0, sizeof(float) * sample_size(q));
-  for (int64_t iy = 0; iy < s.h; ++iy) {
-    std::memcpy(dst + ((iy + s.pad) * q.w + s.pad) * s.c, src + iy * s.w * s.c,
-                sizeof(float) * s.w * s.c);
-  }
-}
-
-// dst: [H, W, C] <- the interior of src: [H + 2P, W + 2P, C].
-void crop_sample(float* dst, const float* src, const ConvShape& s) {
-  const ConvShape q = unpadded(s);
-  for (int64_t iy = 0; iy < s.h; ++iy) {
-    std::memcpy(dst + iy * s.w * s.c, src + ((iy + s.pad) * q.w + s.pad) * s.c,
-                sizeof(float) * s.w * s.c);
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Portable path: im2col + Eigen GEMM.
+#if !RLPAR_CONV_AVX512
 
 // im2col scratch per call is capped near this many floats; larger batches run in chunks.
 constexpr int64_t kColBudgetFloats = 1 << 18;
@@ -156,9 +129,40 @@ void gemm_backward(float* dx, float* dw, const float* dy, const float* x, const 
   }
 }
 
+#endif  // !RLPAR_CONV_AVX512
+
 // ---------------------------------------------------------------------------------------------
 // AVX-512 path: implicit-GEMM micro-kernels.
 #if RLPAR_CONV_AVX512
+
+// The same conv on an input already padded: what the kernels see after `pad_sample`.
+ConvShape unpadded(const ConvShape& s) {
+  ConvShape q = s;
+  q.h += 2 * s.pad;
+  q.w += 2 * s.pad;
+  q.pad = 0;
+  return q;
+}
+
+// dst: [H + 2P, W + 2P, C] <- src: [H, W, C] with a zero border.
+void pad_sample(float* dst, const float* src, const ConvShape& s) {
+  const ConvShape q = unpadded(s);
+  std::memset(dst, 0, sizeof(float) * sample_size(q));
+  for (int64_t iy = 0; iy < s.h; ++iy) {
+    std::memcpy(dst + ((iy + s.pad) * q.w + s.pad) * s.c, src + iy * s.w * s.c,
+                sizeof(float) * s.w * s.c);
+  }
+}
+
+// dst: [H, W, C] <- the interior of src: [H + 2P, W + 2P, C].
+void crop_sample(float* dst, const float* src, const ConvShape& s) {
+  const ConvShape q = unpadded(s);
+  for (int64_t iy = 0; iy < s.h; ++iy) {
+    std::memcpy(dst + iy * s.w * s.c, src + ((iy + s.pad) * q.w + s.pad) * s.c,
+                sizeof(float) * s.w * s.c);
+  }
+}
+
 
 using namespace simd;
 

@@ -73,7 +73,6 @@ void for_column_tiles(int64_t out, Fn&& fn) {
     }
   }
 }
-#endif
 
 // Rows of w per block of the dot-product data gradient: 64 rows of up to a few KiB stay in L2
 // while every 4-sample tile of dy passes over them.
@@ -100,6 +99,7 @@ void linear_data_grad_dots(float* dx, const float* dy, const float* w, int64_t b
     }
   }
 }
+#endif
 
 // Below this many rows, row-by-row GEMV beats the blocked GEMM (measured: batch 2-8
 // took 0.7-1.1 us through GEMM against 0.25 us at batch 1, which Eigen routes to GEMV).
