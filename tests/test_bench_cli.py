@@ -92,6 +92,18 @@ def test_bench_net_json_has_the_documented_shape(tmp_path) -> None:
     assert_numbers(r["lstm_train_ms"], {"native", "torch"} if HAS_TORCH else {"native"})
     assert_numbers(r["lstm_step_us"], {"native", "torch"} if HAS_TORCH else {"native"})
     assert r["gil_release_threshold_flops"] >= 0
+    conv_batches = {
+        "conv_forward_ms": {"nature": {"1", "32", "256"}},
+        "conv_train_ms": {"nature": {"32", "256"}, "minatar": {"256", "1024"}},
+    }
+    for key, nets in conv_batches.items():
+        assert set(r[key]) == set(nets)
+        for net, batches in nets.items():
+            assert set(r[key][net]) == impls - {"numpy"}
+            for impl in r[key][net]:
+                assert_numbers(r[key][net][impl], batches)
+    assert_numbers(r["conv_gflops"], {"native", "native_train", "sgemm_peak"})
+    assert_numbers(r["conv_learner_threads"], {"1", "2"})
     assert ("torch_threads" in r) == HAS_TORCH
     ratios = r["ratios"]
     assert_numbers(ratios["native_vs_numpy_b1"], {"mlp", "conv"})
@@ -101,6 +113,9 @@ def test_bench_net_json_has_the_documented_shape(tmp_path) -> None:
         assert ratios["train_step_native_vs_torch"] > 0
         assert ratios["lstm_train_native_vs_torch"] > 0
         assert ratios["lstm_step_b16_native_vs_torch"] > 0
+        assert_numbers(ratios["conv_forward_native_vs_torch"]["nature"], {"1", "32", "256"})
+        assert_numbers(ratios["conv_train_native_vs_torch"]["minatar"], {"256", "1024"})
+    assert ratios["conv_learner_threads_2v1"] > 0
     assert_load(r["background_load_cores"])
 
 

@@ -150,6 +150,8 @@ CONV_CASES = {
     "k4s3p2": [Conv2d(5, 4, stride=3, padding=2)],
     "k1": [Conv2d(3, 1)],
     "stacked": [Conv2d(4, 3, 2, 1), ReLU(), Conv2d(6, 2, 1, 1), Tanh()],
+    # More than one 64-channel tile, partial (masked) tiles, padded and strided after a fused ReLU.
+    "wide": [Conv2d(80, 3), ReLU(), Conv2d(37, 2, 2, 1), ReLU(), Conv2d(16, 3, 1, 1)],
 }
 
 
@@ -173,6 +175,15 @@ def test_conv_forward_matches_reference(case: str, dtype: str, batch: int) -> No
     net = Net(spec)
     params = random_params(net, 3)
     obs = random_obs(spec, batch, 4)
+    np.testing.assert_allclose(net.forward(params, obs), ref_forward(net, params, obs), **FWD_TOL)
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_wide_linear_forward_matches_reference(batch: int) -> None:
+    # 600 inputs: two blocks of the K-blocked kernel; 70 and 600 outputs: partial column tiles.
+    net = Net(rlpar.mlp_spec(5, [Categorical(3), Value()], hidden=(600, 70), activation="relu"))
+    params = random_params(net, 1)
+    obs = random_obs(net.spec, batch, 2)
     np.testing.assert_allclose(net.forward(params, obs), ref_forward(net, params, obs), **FWD_TOL)
 
 
@@ -293,6 +304,16 @@ def test_backward_big_conv_net_sampled_coordinates() -> None:
     layers = [Conv2d(8, 4, 2, 1), ReLU(), Conv2d(8, 3, 1, 1), Tanh(), Flatten(), Linear(16), Tanh()]
     net = Net(NetSpec((12, 12, 3), layers, [Categorical(4), Value()], input_dtype="uint8"))
     check_backward(net, batch=4, per_block=12)
+
+
+def test_backward_wide_layers_sampled_coordinates() -> None:
+    # Several 64-column tiles with masked tails, a K-blocked linear (980 inputs), fused ReLUs.
+    layers = [
+        Conv2d(70, 3), ReLU(), Conv2d(20, 3, 1, 1), ReLU(), Flatten(),
+        Linear(300), ReLU(), Linear(600), Tanh(),
+    ]  # fmt: skip
+    net = Net(NetSpec((9, 9, 5), layers, [Categorical(4), Value()]))
+    check_backward(net, batch=3, per_block=12)
 
 
 def test_backward_gaussian_log_std_gradient_is_column_sum() -> None:

@@ -2,7 +2,12 @@
 
 #include <Eigen/Core>
 #include <algorithm>
-#include <cstring>
+#include <type_traits>
+
+#if defined(__AVX512F__)
+#include "avx512_kernels.h"
+#define RLPAR_LINEAR_AVX512 1
+#endif
 
 namespace rlpar::layers {
 namespace {
@@ -15,56 +20,86 @@ using ConstRowVec = Eigen::Map<const Eigen::RowVectorXf>;
 using ArrMap = Eigen::Map<Eigen::ArrayXf>;
 using ConstArrMap = Eigen::Map<const Eigen::ArrayXf>;
 
-// Rows of `col` are output positions (sample, oy, ox); columns are (ky, kx, c): one GEMM with the
-// [K*K*C, OC] weight gives channels-last output directly.
-void im2col(float* col, const float* x, int64_t samples, const ConvShape& s) {
-  const int64_t patch = s.patch();
-  const int64_t run = s.c * sizeof(float);
-  for (int64_t n = 0; n < samples; ++n) {
-    const float* xn = x + n * s.h * s.w * s.c;
-    for (int64_t oy = 0; oy < s.oh; ++oy) {
-      for (int64_t ox = 0; ox < s.ow; ++ox) {
-        float* row = col + ((n * s.oh + oy) * s.ow + ox) * patch;
-        for (int64_t ky = 0; ky < s.k; ++ky) {
-          const int64_t iy = oy * s.stride - s.pad + ky;
-          for (int64_t kx = 0; kx < s.k; ++kx) {
-            const int64_t ix = ox * s.stride - s.pad + kx;
-            float* dst = row + (ky * s.k + kx) * s.c;
-            if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) {
-              std::memset(dst, 0, run);
-            } else {
-              std::memcpy(dst, xn + (iy * s.w + ix) * s.c, run);
-            }
-          }
-        }
-      }
+#if RLPAR_LINEAR_AVX512
+// Rows of w per pass of the forward: a 512 x 64 block of the weight (128 KiB) stays in L2 while
+// every row tile of the batch uses it.
+constexpr int64_t kLinearBlock = 512;
+
+// y[:, oc0 .. oc0 + 16 NV] = x w (+ b, ReLU); b may be nullptr.
+template <int NV>
+void linear_forward_columns(float* y, const float* x, const float* w, const float* b,
+                            int64_t batch, int64_t in, int64_t out, int64_t oc0, bool relu) {
+  constexpr int R = simd::tile_rows<NV>();
+  const float* a[R];
+  simd::FwdArgs g{a, 1, 0, 0, nullptr, b ? b + oc0 : nullptr, out, nullptr,
+                  simd::tail_mask(out - oc0 - 16 * (NV - 1)), relu};
+  for (int64_t k0 = 0; k0 < in; k0 += kLinearBlock) {
+    g.run = std::min(kLinearBlock, in - k0);
+    g.w = w + k0 * out + oc0;
+    g.first = k0 == 0;
+    g.final = k0 + g.run == in;
+    for (int64_t p0 = 0; p0 < batch; p0 += R) {
+      const int64_t rows = std::min<int64_t>(R, batch - p0);
+      for (int64_t r = 0; r < rows; ++r) a[r] = x + (p0 + r) * in + k0;
+      g.y = y + p0 * out + oc0;
+      simd::fwd_tile_n<R, NV>(rows, g);
     }
   }
 }
 
-// Adds every patch row back onto the input positions it came from (transpose of im2col).
-void col2im_add(float* dx, const float* col, int64_t samples, const ConvShape& s) {
-  const int64_t patch = s.patch();
-  for (int64_t n = 0; n < samples; ++n) {
-    float* dxn = dx + n * s.h * s.w * s.c;
-    for (int64_t oy = 0; oy < s.oh; ++oy) {
-      for (int64_t ox = 0; ox < s.ow; ++ox) {
-        const float* row = col + ((n * s.oh + oy) * s.ow + ox) * patch;
-        for (int64_t ky = 0; ky < s.k; ++ky) {
-          const int64_t iy = oy * s.stride - s.pad + ky;
-          if (iy < 0 || iy >= s.h) continue;
-          for (int64_t kx = 0; kx < s.k; ++kx) {
-            const int64_t ix = ox * s.stride - s.pad + kx;
-            if (ix < 0 || ix >= s.w) continue;
-            float* dst = dxn + (iy * s.w + ix) * s.c;
-            const float* src = row + (ky * s.k + kx) * s.c;
-            for (int64_t c = 0; c < s.c; ++c) dst[c] += src[c];
-          }
-        }
+// dw[:, oc0 .. oc0 + 16 NV] += x^T dy, KR rows of dw at a time, samples in order.
+template <int NV>
+void linear_weight_grad_columns(float* dw, const float* dy, const float* x, int64_t batch,
+                                int64_t in, int64_t out, int64_t oc0) {
+  constexpr int KR = simd::tile_rows<NV>();
+  simd::DwArgs g{nullptr, dy + oc0, nullptr, out, 1, batch, in, 0,
+                 simd::tail_mask(out - oc0 - 16 * (NV - 1))};
+  for (int64_t j = 0; j < in; j += KR) {
+    g.dw = dw + j * out + oc0;
+    g.x = x + j;
+    simd::dw_tile_n<KR, NV>(std::min<int64_t>(KR, in - j), g);
+  }
+}
+
+// Calls fn(std::integral_constant<int, NV>, oc0) for each tile of up to 64 output columns.
+template <typename Fn>
+void for_column_tiles(int64_t out, Fn&& fn) {
+  for (int64_t oc0 = 0; oc0 < out; oc0 += 16 * simd::kMaxVectors) {
+    switch ((std::min<int64_t>(out - oc0, 16 * simd::kMaxVectors) + 15) / 16) {
+      case 1: fn(std::integral_constant<int, 1>{}, oc0); break;
+      case 2: fn(std::integral_constant<int, 2>{}, oc0); break;
+      case 3: fn(std::integral_constant<int, 3>{}, oc0); break;
+      default: fn(std::integral_constant<int, 4>{}, oc0); break;
+    }
+  }
+}
+
+// Rows of w per block of the dot-product data gradient: 64 rows of up to a few KiB stay in L2
+// while every 4-sample tile of dy passes over them.
+constexpr int64_t kDotRows = 64;
+// From this many outputs on, the data gradient takes dot products along w's rows; below, a
+// transposed copy of w is cheap and the forward kernel is faster.
+constexpr int64_t kDotMinOut = 256;
+
+// dx[n][j] = sum_o dy[n][o] w[j][o], in 4 x 4 tiles.
+void linear_data_grad_dots(float* dx, const float* dy, const float* w, int64_t batch, int64_t in,
+                           int64_t out) {
+  for (int64_t j0 = 0; j0 < in; j0 += kDotRows) {
+    const int64_t j_end = std::min(in, j0 + kDotRows);
+    for (int64_t n = 0; n < batch; n += 4) {
+      const int64_t rows = std::min<int64_t>(4, batch - n);
+      const float* a[4];
+      for (int64_t r = 0; r < 4; ++r) a[r] = dy + std::min(n + r, batch - 1) * out;
+      for (int64_t j = j0; j < j_end; j += 4) {
+        const int64_t cols = std::min<int64_t>(4, j_end - j);
+        const float* b[4];
+        for (int64_t c = 0; c < 4; ++c) b[c] = w + std::min(j + c, j_end - 1) * out;
+        simd::dot_tile_4x4(dx + n * in + j, in, a, b, out, rows, cols);
       }
     }
   }
 }
+#endif
 
 // Below this many rows, row-by-row GEMV beats the blocked GEMM (measured: batch 2-8
 // took 0.7-1.1 us through GEMM against 0.25 us at batch 1, which Eigen routes to GEMV).
@@ -73,7 +108,12 @@ constexpr int64_t kSmallBatch = 8;
 }  // namespace
 
 void linear_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
-                    int64_t in, int64_t out) {
+                    int64_t in, int64_t out, bool relu) {
+#if RLPAR_LINEAR_AVX512
+  for_column_tiles(out, [&](auto nv, int64_t oc0) {
+    linear_forward_columns<decltype(nv)::value>(y, x, w, b, batch, in, out, oc0, relu);
+  });
+#else
   MatMap Y(y, batch, out);
   ConstMatMap X(x, batch, in);
   ConstMatMap W(w, in, out);
@@ -85,59 +125,44 @@ void linear_forward(float* y, const float* x, const float* w, const float* b, in
     Y.noalias() = X * W;
   }
   Y.rowwise() += ConstRowVec(b, out);
+  if (relu) Y = Y.cwiseMax(0.0f);
+#endif
+}
+
+int64_t linear_scratch_floats(int64_t in, int64_t out) {
+#if RLPAR_LINEAR_AVX512
+  return out >= kDotMinOut ? 0 : in * out;
+#else
+  (void)in;
+  (void)out;
+  return 0;
+#endif
 }
 
 void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                     const float* w, int64_t batch, int64_t in, int64_t out) {
-  ConstMatMap DY(dy, batch, out);
-  ConstMatMap X(x, batch, in);
-  MatMap DW(dw, in, out);
-  DW.noalias() += X.transpose() * DY;
+                     const float* w, int64_t batch, int64_t in, int64_t out, float* scratch) {
+#if RLPAR_LINEAR_AVX512
+  for_column_tiles(out, [&](auto nv, int64_t oc0) {
+    linear_weight_grad_columns<decltype(nv)::value>(dw, dy, x, batch, in, out, oc0);
+  });
+#else
+  MatMap(dw, in, out).noalias() += ConstMatMap(x, batch, in).transpose() * ConstMatMap(dy, batch, out);
+#endif
   add_column_sums(db, dy, batch, out, out);
-  if (dx != nullptr) {
-    MatMap DX(dx, batch, in);
-    DX.noalias() = DY * ConstMatMap(w, in, out).transpose();
-  }
-}
-
-int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad) {
-  if (stride <= 0) return 0;
-  const int64_t span = in + 2 * pad - k;
-  if (span < 0) return 0;
-  return span / stride + 1;
-}
-
-void conv2d_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
-                    const ConvShape& s, float* col, int64_t chunk) {
-  const int64_t patch = s.patch(), pos = s.positions();
-  ConstMatMap W(w, patch, s.oc);
-  ConstRowVec B(b, s.oc);
-  for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
-    const int64_t m = std::min(chunk, batch - n0);
-    im2col(col, x + n0 * s.h * s.w * s.c, m, s);
-    MatMap Y(y + n0 * pos * s.oc, m * pos, s.oc);
-    Y.noalias() = ConstMatMap(col, m * pos, patch) * W;
-    Y.rowwise() += B;
-  }
-}
-
-void conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                     const float* w, int64_t batch, const ConvShape& s, float* col, int64_t chunk) {
-  const int64_t patch = s.patch(), pos = s.positions();
-  MatMap DW(dw, patch, s.oc);
-  ConstMatMap W(w, patch, s.oc);
-  if (dx != nullptr) std::memset(dx, 0, sizeof(float) * batch * s.h * s.w * s.c);
-  for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
-    const int64_t m = std::min(chunk, batch - n0);
-    ConstMatMap DY(dy + n0 * pos * s.oc, m * pos, s.oc);
-    im2col(col, x + n0 * s.h * s.w * s.c, m, s);
-    DW.noalias() += ConstMatMap(col, m * pos, patch).transpose() * DY;
-    add_column_sums(db, dy + n0 * pos * s.oc, m * pos, s.oc, s.oc);
-    if (dx != nullptr) {
-      MatMap(col, m * pos, patch).noalias() = DY * W.transpose();
-      col2im_add(dx + n0 * s.h * s.w * s.c, col, m, s);
-    }
-  }
+  if (dx == nullptr) return;
+#if RLPAR_LINEAR_AVX512
+  if (out >= kDotMinOut) return linear_data_grad_dots(dx, dy, w, batch, in, out);
+  // dx = dy w^T: the forward kernel over the transposed weight.
+  simd::transpose(scratch, w, in, out);
+  for_column_tiles(in, [&](auto nv, int64_t j0) {
+    linear_forward_columns<decltype(nv)::value>(dx, dy, scratch, nullptr, batch, out, in, j0,
+                                                false);
+  });
+#else
+  (void)scratch;
+  MatMap(dx, batch, in).noalias() =
+      ConstMatMap(dy, batch, out) * ConstMatMap(w, in, out).transpose();
+#endif
 }
 
 void add_column_sums(float* acc, const float* x, int64_t rows, int64_t cols, int64_t stride) {

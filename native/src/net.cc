@@ -88,8 +88,6 @@ LayerSpec LayerSpec::external_layer(std::shared_ptr<ExternalLayer> layer) {
 namespace {
 
 constexpr size_t kAlign = 64;
-// im2col scratch per conv call is capped near this many floats; larger batches run in chunks.
-constexpr int64_t kColBudgetFloats = 1 << 18;
 
 struct AlignedBuffer {
   float* data = nullptr;
@@ -225,6 +223,9 @@ struct Net::Layer {
   Shape in, out;
   int64_t w = -1, b = -1;  // parameter offsets
   layers::ConvShape conv{};
+  // A ReLU right after a conv or linear layer is applied in that layer's epilogue; the ReLU
+  // layer then shares its output (its backward still reads that output as y).
+  bool relu_epilogue = false, fused_into_previous = false;
   std::shared_ptr<ExternalLayer> external;
 };
 
@@ -243,6 +244,14 @@ Net::Net(NetSpec spec) : spec_(std::move(spec)), pool_(std::make_shared<Workspac
     layers_.push_back(std::move(L));
   }
   shapes_.push_back(cur);
+  for (size_t i = 1; i < layers_.size(); ++i) {
+    const LayerKind prev = layers_[i - 1].kind;
+    if (layers_[i].kind == LayerKind::ReLU &&
+        (prev == LayerKind::Conv2d || prev == LayerKind::Linear)) {
+      layers_[i - 1].relu_epilogue = true;
+      layers_[i].fused_into_previous = true;
+    }
+  }
   for (const Shape& s : shapes_) max_activation_ = std::max(max_activation_, shape_numel(s));
   build_core(cur);
   build_heads(recurrent() ? Shape{spec_.lstm_hidden} : cur);
@@ -458,20 +467,20 @@ void Net::run_torso(const float* params, const void* input, Workspace& ws) const
     const Layer& l = layers_[i];
     const float* x = ws.act[i];
     const int64_t n_out = batch * shape_numel(l.out);
-    if (l.kind == LayerKind::Flatten) {
+    if (l.kind == LayerKind::Flatten || l.fused_into_previous) {
       ws.act[i + 1] = ws.act[i];
       continue;
     }
     float* y = ws.get(kActBase + i + 1, n_out);
     switch (l.kind) {
       case LayerKind::Linear:
-        layers::linear_forward(y, x, params + l.w, params + l.b, batch, l.in[0], l.out[0]);
+        layers::linear_forward(y, x, params + l.w, params + l.b, batch, l.in[0], l.out[0],
+                               l.relu_epilogue);
         break;
       case LayerKind::Conv2d: {
-        const int64_t per = l.conv.positions() * l.conv.patch();
-        const int64_t chunk = std::clamp<int64_t>(kColBudgetFloats / per, 1, batch);
-        float* col = ws.get(kCol, chunk * per);
-        layers::conv2d_forward(y, x, params + l.w, params + l.b, batch, l.conv, col, chunk);
+        float* scratch = ws.get(kCol, layers::conv2d_scratch_floats(l.conv, batch, false));
+        layers::conv2d_forward(y, x, params + l.w, params + l.b, batch, l.conv, l.relu_epilogue,
+                               scratch);
         break;
       }
       case LayerKind::ReLU:
@@ -626,15 +635,14 @@ void Net::torso_backward(const float* params, float* dy, float* other, float* gr
     const int64_t n_out = batch * shape_numel(l.out);
     switch (l.kind) {
       case LayerKind::Linear:
-        layers::linear_backward(dx, grad + l.w, grad + l.b, dy, x, params + l.w, batch, l.in[0],
-                                l.out[0]);
+        layers::linear_backward(
+            dx, grad + l.w, grad + l.b, dy, x, params + l.w, batch, l.in[0], l.out[0],
+            dx ? ws.get(kCol, layers::linear_scratch_floats(l.in[0], l.out[0])) : nullptr);
         break;
       case LayerKind::Conv2d: {
-        const int64_t per = l.conv.positions() * l.conv.patch();
-        const int64_t chunk = std::clamp<int64_t>(kColBudgetFloats / per, 1, batch);
-        float* col = ws.get(kCol, chunk * per);
+        float* scratch = ws.get(kCol, layers::conv2d_scratch_floats(l.conv, batch, true));
         layers::conv2d_backward(dx, grad + l.w, grad + l.b, dy, x, params + l.w, batch, l.conv,
-                                col, chunk);
+                                scratch);
         break;
       }
       case LayerKind::ReLU:

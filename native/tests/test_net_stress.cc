@@ -31,6 +31,18 @@ rlpar::NetSpec conv_spec() {
   return spec;
 }
 
+// Wider layers: several 64-channel tiles with masked tails, an unpadded and a padded conv, a
+// linear data gradient by dot products (300 outputs) and one by a transposed weight (40).
+rlpar::NetSpec wide_spec() {
+  rlpar::NetSpec spec;
+  spec.input_shape = {9, 9, 3};
+  spec.layers = {LayerSpec::conv2d(70, 3, 1, 0), LayerSpec::relu(), LayerSpec::conv2d(20, 3, 2, 1),
+                 LayerSpec::relu(), LayerSpec::flatten(), LayerSpec::linear(300), LayerSpec::relu(),
+                 LayerSpec::linear(40), LayerSpec::tanh()};
+  spec.heads = {{HeadKind::Categorical, 3}, {HeadKind::Value, 1}};
+  return spec;
+}
+
 std::vector<float> random_vector(size_t n, uint32_t seed, float scale) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, scale);
@@ -53,8 +65,8 @@ Result run_once(const rlpar::Net& net, const float* params, const std::vector<fl
   return r;
 }
 
-void shared_net_is_deterministic_across_threads() {
-  const rlpar::Net net(conv_spec());
+void shared_net_is_deterministic_across_threads(const rlpar::NetSpec& spec) {
+  const rlpar::Net net(spec);
   const auto params = random_vector(net.num_params(), 1, 0.2f);
   const int64_t batches[] = {1, 3, 17};
   std::vector<std::vector<float>> obs, douts;
@@ -211,7 +223,8 @@ void learner_publishes_while_actors_infer() {
 }  // namespace
 
 int main() {
-  shared_net_is_deterministic_across_threads();
+  shared_net_is_deterministic_across_threads(conv_spec());
+  shared_net_is_deterministic_across_threads(wide_spec());
   recurrent_net_is_deterministic_across_threads();
   learner_publishes_while_actors_infer();
   return rlpar_test::finish("test_net_stress");

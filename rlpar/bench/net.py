@@ -26,6 +26,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 import rlpar
 from rlpar import _native
 from rlpar.bench.lstm import bench_lstm, lstm_ratios
+from rlpar.bench.conv import bench_conv, conv_ratios, format_conv
 from rlpar.bench.timing import (
     BackgroundLoad,
     import_optional,
@@ -356,6 +357,8 @@ def bench_net(quick: bool = False) -> dict:
          "threads_fps": {"released"|"held": {batch: {threads: forwards/s}}},
          "train_step_ms": {"native": ms, "torch": ms},
          "lstm_train_ms": {"native": ms, "torch": ms}, "lstm_step_us": {"native": µs, ...},
+         "conv_forward_ms", "conv_train_ms", "conv_gflops", "conv_learner_threads": see
+         `rlpar.bench.conv.bench_conv`,
          "gil_release_threshold_flops": float, "torch_threads": 1, "numpy_blas_threads": 1,
          "ratios": {...}, "background_load_cores": float}
 
@@ -379,9 +382,10 @@ def bench_net(quick: bool = False) -> dict:
             "train_step_ms": _train_step_ms(mlp, budget, torch),
             **bench_lstm(budget.chunk_s, budget.repeats, torch),
             "gil_release_threshold_flops": rlpar.gil_release_threshold(),
+            **bench_conv(torch, budget.chunk_s, budget.repeats, quick),
             **limited,
         }
-    result["ratios"] = _net_ratios(result)
+    result["ratios"] = {**_net_ratios(result), **conv_ratios(result)}
     result["background_load_cores"] = load.cores
     return result
 
@@ -430,6 +434,7 @@ def format_net(r: dict) -> str:
     lines.append(f"LSTM 256->256 forward+BPTT [T=20, B=256], ms: {lstm}")
     step = ", ".join(f"{impl} {us:.4g}" for impl, us in r["lstm_step_us"].items())
     lines.append(f"LSTM actor step, batch 16, µs: {step}")
+    lines += format_conv(r)
     lines.append(f"GIL release threshold: {r['gil_release_threshold_flops']:.0f} flops")
     lines.append("speed-ups: " + _flat(r["ratios"]))
     lines.append(_load_line(r["background_load_cores"]))

@@ -9,12 +9,14 @@
 
 namespace rlpar::layers {
 
-// x: [B, in], w: [in, out], b: [out] -> y: [B, out]
+// x: [B, in], w: [in, out], b: [out] -> y: [B, out], then max(y, 0) if `relu`.
 void linear_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
-                    int64_t in, int64_t out);
+                    int64_t in, int64_t out, bool relu);
+// Floats of scratch linear_backward needs (may be 0).
+int64_t linear_scratch_floats(int64_t in, int64_t out);
 // dy: [B, out] -> dx: [B, in] (nullable), dw += x^T dy, db += sum_b dy
 void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                     const float* w, int64_t batch, int64_t in, int64_t out);
+                     const float* w, int64_t batch, int64_t in, int64_t out, float* scratch);
 
 struct ConvShape {
   int64_t h, w, c;        // input, channels last
@@ -27,13 +29,19 @@ struct ConvShape {
 // Output spatial size, or <= 0 when the kernel does not fit.
 int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad);
 
-// x: [B, H, W, C], w: [K, K, C, OC], b: [OC] -> y: [B, OH, OW, OC]. `col` is scratch for
-// `chunk` samples: [chunk * OH * OW, K * K * C].
+// Floats of scratch that conv2d_forward (backward = false) or conv2d_backward needs for `batch`
+// samples (may be 0).
+int64_t conv2d_scratch_floats(const ConvShape& s, int64_t batch, bool backward);
+// True when the conv kernels are the AVX-512 micro-kernels, false for the portable
+// im2col + Eigen GEMM path.
+bool conv2d_uses_simd();
+
+// x: [B, H, W, C], w: [K, K, C, OC], b: [OC] -> y: [B, OH, OW, OC], then max(y, 0) if `relu`.
 void conv2d_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
-                    const ConvShape& s, float* col, int64_t chunk);
+                    const ConvShape& s, bool relu, float* scratch);
 // dy: [B, OH, OW, OC] -> dx: [B, H, W, C] (nullable), dw += ..., db += ...
 void conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                     const float* w, int64_t batch, const ConvShape& s, float* col, int64_t chunk);
+                     const float* w, int64_t batch, const ConvShape& s, float* scratch);
 
 // acc[j] += sum_r x[r * stride + j] for j < cols, summing rows in order. Written out instead of
 // Eigen's colwise().sum(), whose summation order depends on the alignment of `acc` (a caller's

@@ -1,0 +1,352 @@
+// Conv2d forward/backward, channels last. Two paths behind one interface (rlpar/layers.h):
+//
+// - AVX-512 (built with -march=native on a CPU that has it): implicit GEMM, no im2col matrix.
+//   For channels-last data and one kernel row `ky`, the patch of an output position is one
+//   contiguous run of K*C floats of the input, so each micro-kernel reads the input in place:
+//     forward  y[p, oc]    = sum_{ky, j} x[p @ ky, j] * w[ky, j, oc]   (R positions x 16*NV channels)
+//     weights  dw[ky,j,oc] += sum_p x[p @ ky, j] * dy[p, oc]          (KR patch rows x 16*NV channels)
+//     data     dx[p @ ky, j] += sum_oc dy[p, oc] * w[ky, j, oc]        (R positions x 16*NV columns)
+//   with the accumulators in registers. Bias and ReLU are applied in the forward's epilogue.
+//   A padded conv works on a zero-padded copy of one sample at a time.
+// - Portable: im2col + one Eigen GEMM per chunk of samples (x86-64 baseline builds).
+//
+// Summation order is fixed by the shapes alone (never by alignment or thread), so results are
+// bit-identical from call to call and from thread to thread.
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstring>
+
+#include "rlpar/layers.h"
+
+#if defined(__AVX512F__)
+#include "avx512_kernels.h"
+#define RLPAR_CONV_AVX512 1
+#endif
+
+namespace rlpar::layers {
+namespace {
+
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatMap = Eigen::Map<RowMat>;
+using ConstMatMap = Eigen::Map<const RowMat>;
+using ConstRowVec = Eigen::Map<const Eigen::RowVectorXf>;
+
+int64_t sample_size(const ConvShape& s) { return s.h * s.w * s.c; }
+
+// ---------------------------------------------------------------------------------------------
+// Portable path: im2col + Eigen GEMM.
+#if !RLPAR_CONV_AVX512
+
+// im2col scratch per call is capped near this many floats; larger batches run in chunks.
+constexpr int64_t kColBudgetFloats = 1 << 18;
+
+int64_t col_chunk(const ConvShape& s, int64_t batch) {
+  const int64_t per = s.positions() * s.patch();
+  return std::clamp<int64_t>(kColBudgetFloats / per, 1, std::max<int64_t>(batch, 1));
+}
+
+// Rows of `col` are output positions (sample, oy, ox); columns are (ky, kx, c): one GEMM with the
+// [K*K*C, OC] weight gives channels-last output directly.
+void im2col(float* col, const float* x, int64_t samples, const ConvShape& s) {
+  const int64_t patch = s.patch();
+  const int64_t run = s.c * sizeof(float);
+  for (int64_t n = 0; n < samples; ++n) {
+    const float* xn = x + n * sample_size(s);
+    for (int64_t oy = 0; oy < s.oh; ++oy) {
+      for (int64_t ox = 0; ox < s.ow; ++ox) {
+        float* row = col + ((n * s.oh + oy) * s.ow + ox) * patch;
+        for (int64_t ky = 0; ky < s.k; ++ky) {
+          const int64_t iy = oy * s.stride - s.pad + ky;
+          for (int64_t kx = 0; kx < s.k; ++kx) {
+            const int64_t ix = ox * s.stride - s.pad + kx;
+            float* dst = row + (ky * s.k + kx) * s.c;
+            if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) {
+              std::memset(dst, 0, run);
+            } else {
+              std::memcpy(dst, xn + (iy * s.w + ix) * s.c, run);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Adds every patch row back onto the input positions it came from (transpose of im2col).
+void col2im_add(float* dx, const float* col, int64_t samples, const ConvShape& s) {
+  const int64_t patch = s.patch();
+  for (int64_t n = 0; n < samples; ++n) {
+    float* dxn = dx + n * sample_size(s);
+    for (int64_t oy = 0; oy < s.oh; ++oy) {
+      for (int64_t ox = 0; ox < s.ow; ++ox) {
+        const float* row = col + ((n * s.oh + oy) * s.ow + ox) * patch;
+        for (int64_t ky = 0; ky < s.k; ++ky) {
+          const int64_t iy = oy * s.stride - s.pad + ky;
+          if (iy < 0 || iy >= s.h) continue;
+          for (int64_t kx = 0; kx < s.k; ++kx) {
+            const int64_t ix = ox * s.stride - s.pad + kx;
+            if (ix < 0 || ix >= s.w) continue;
+            float* dst = dxn + (iy * s.w + ix) * s.c;
+            const float* src = row + (ky * s.k + kx) * s.c;
+            for (int64_t c = 0; c < s.c; ++c) dst[c] += src[c];
+          }
+        }
+      }
+    }
+  }
+}
+
+void gemm_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
+                  const ConvShape& s, bool relu, float* col) {
+  const int64_t patch = s.patch(), pos = s.positions(), chunk = col_chunk(s, batch);
+  ConstMatMap W(w, patch, s.oc);
+  ConstRowVec B(b, s.oc);
+  for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
+    const int64_t m = std::min(chunk, batch - n0);
+    im2col(col, x + n0 * sample_size(s), m, s);
+    MatMap Y(y + n0 * pos * s.oc, m * pos, s.oc);
+    Y.noalias() = ConstMatMap(col, m * pos, patch) * W;
+    Y.rowwise() += B;
+    if (relu) Y = Y.cwiseMax(0.0f);
+  }
+}
+
+void gemm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
+                   int64_t batch, const ConvShape& s, float* col) {
+  const int64_t patch = s.patch(), pos = s.positions(), chunk = col_chunk(s, batch);
+  MatMap DW(dw, patch, s.oc);
+  ConstMatMap W(w, patch, s.oc);
+  if (dx != nullptr) std::memset(dx, 0, sizeof(float) * batch * sample_size(s));
+  for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
+    const int64_t m = std::min(chunk, batch - n0);
+    ConstMatMap DY(dy + n0 * pos * s.oc, m * pos, s.oc);
+    im2col(col, x + n0 * sample_size(s), m, s);
+    DW.noalias() += ConstMatMap(col, m * pos, patch).transpose() * DY;
+    if (dx != nullptr) {
+      MatMap(col, m * pos, patch).noalias() = DY * W.transpose();
+      col2im_add(dx + n0 * sample_size(s), col, m, s);
+    }
+  }
+}
+
+#endif  // !RLPAR_CONV_AVX512
+
+// ---------------------------------------------------------------------------------------------
+// AVX-512 path: implicit-GEMM micro-kernels.
+#if RLPAR_CONV_AVX512
+
+// The same conv on an input already padded: what the kernels see after `pad_sample`.
+ConvShape unpadded(const ConvShape& s) {
+  ConvShape q = s;
+  q.h += 2 * s.pad;
+  q.w += 2 * s.pad;
+  q.pad = 0;
+  return q;
+}
+
+// dst: [H + 2P, W + 2P, C] <- src: [H, W, C] with a zero border.
+void pad_sample(float* dst, const float* src, const ConvShape& s) {
+  const ConvShape q = unpadded(s);
+  std::memset(dst, 0, sizeof(float) * sample_size(q));
+  for (int64_t iy = 0; iy < s.h; ++iy) {
+    std::memcpy(dst + ((iy + s.pad) * q.w + s.pad) * s.c, src + iy * s.w * s.c,
+                sizeof(float) * s.w * s.c);
+  }
+}
+
+// dst: [H, W, C] <- the interior of src: [H + 2P, W + 2P, C].
+void crop_sample(float* dst, const float* src, const ConvShape& s) {
+  const ConvShape q = unpadded(s);
+  for (int64_t iy = 0; iy < s.h; ++iy) {
+    std::memcpy(dst + iy * s.w * s.c, src + ((iy + s.pad) * q.w + s.pad) * s.c,
+                sizeof(float) * s.w * s.c);
+  }
+}
+
+
+using namespace simd;
+
+// Where the patch of each output position starts in an unpadded input, for `count` positions
+// from flat position `p0` (over samples, then oy, then ox).
+void patch_starts(const float** a, const float* x, int64_t p0, int64_t count, const ConvShape& s) {
+  const int64_t pos = s.positions();
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t p = p0 + r, n = p / pos, q = p % pos, oy = q / s.ow, ox = q % s.ow;
+    a[r] = x + n * sample_size(s) + (oy * s.stride * s.w + ox * s.stride) * s.c;
+  }
+}
+
+template <int NV>
+void fwd_positions(float* y, const float* x, const float* w, const float* b, int64_t oc0,
+                   int64_t m, const ConvShape& s, bool relu) {
+  constexpr int R = tile_rows<NV>();
+  const float* a[R];
+  FwdArgs g{a, s.k, s.k * s.c, s.w * s.c, w + oc0, b + oc0, s.oc, nullptr,
+            tail_mask(s.oc - oc0 - 16 * (NV - 1)), relu};
+  for (int64_t p0 = 0; p0 < m; p0 += R) {
+    const int64_t rows = std::min<int64_t>(R, m - p0);
+    patch_starts(a, x, p0, rows, s);
+    g.y = y + p0 * s.oc + oc0;
+    fwd_tile_n<R, NV>(rows, g);
+  }
+}
+
+// y: [m positions, OC] for the unpadded conv `s` over `x` (m = samples x positions).
+void fast_forward(float* y, const float* x, const float* w, const float* b, int64_t m,
+                  const ConvShape& s, bool relu) {
+  for (int64_t oc0 = 0; oc0 < s.oc; oc0 += 16 * kMaxVectors) {
+    switch ((std::min<int64_t>(s.oc - oc0, 16 * kMaxVectors) + 15) / 16) {
+      case 1: fwd_positions<1>(y, x, w, b, oc0, m, s, relu); break;
+      case 2: fwd_positions<2>(y, x, w, b, oc0, m, s, relu); break;
+      case 3: fwd_positions<3>(y, x, w, b, oc0, m, s, relu); break;
+      default: fwd_positions<4>(y, x, w, b, oc0, m, s, relu); break;
+    }
+  }
+}
+
+// dw += the weight gradient of one unpadded sample, for channels oc0 .. oc0 + 16 NV.
+template <int NV>
+void dw_sample(float* dw, const float* dy, const float* x, int64_t oc0, const ConvShape& s) {
+  constexpr int KR = tile_rows<NV>();
+  const int64_t run = s.k * s.c;
+  DwArgs g{nullptr, dy + oc0, nullptr, s.oc, s.oh, s.ow, s.stride * s.c, s.stride * s.w * s.c,
+           tail_mask(s.oc - oc0 - 16 * (NV - 1))};
+  for (int64_t ky = 0; ky < s.k; ++ky) {
+    for (int64_t j = 0; j < run; j += KR) {
+      g.dw = dw + (ky * run + j) * s.oc + oc0;
+      g.x = x + ky * s.w * s.c + j;
+      dw_tile_n<KR, NV>(std::min<int64_t>(KR, run - j), g);
+    }
+  }
+}
+
+void fast_weight_grad(float* dw, const float* dy, const float* x, const ConvShape& s) {
+  for (int64_t oc0 = 0; oc0 < s.oc; oc0 += 16 * kMaxVectors) {
+    switch ((std::min<int64_t>(s.oc - oc0, 16 * kMaxVectors) + 15) / 16) {
+      case 1: dw_sample<1>(dw, dy, x, oc0, s); break;
+      case 2: dw_sample<2>(dw, dy, x, oc0, s); break;
+      case 3: dw_sample<3>(dw, dy, x, oc0, s); break;
+      default: dw_sample<4>(dw, dy, x, oc0, s); break;
+    }
+  }
+}
+
+template <int NV>
+void dx_columns(const float* dy, const float* wt, int64_t p0, int64_t rows, int64_t col0,
+                float* const* base, const ConvShape& s) {
+  constexpr int R = tile_rows<NV>();
+  const int64_t run = s.k * s.c, width = std::min<int64_t>(16 * NV, run - col0);
+  float* starts[R];
+  const float* dys[R];
+  for (int64_t r = 0; r < rows; ++r) dys[r] = dy + (p0 + r) * s.oc;
+  DxArgs g{starts, dys, nullptr, s.oc, s.patch(), tail_mask(width - 16 * (NV - 1))};
+  for (int64_t ky = 0; ky < s.k; ++ky) {
+    for (int64_t r = 0; r < rows; ++r) starts[r] = base[r] + ky * s.w * s.c + col0;
+    g.wt = wt + ky * run + col0;
+    dx_tile_n<R, NV>(rows, g);
+  }
+}
+
+// dx (zeroed by the caller) += the data gradient of m unpadded positions; wt: [OC, patch].
+void fast_data_grad(float* dx, const float* dy, const float* wt, int64_t m, const ConvShape& s) {
+  constexpr int R = tile_rows<kMaxVectors>();
+  static_assert(tile_rows<1>() >= R && tile_rows<2>() >= R && tile_rows<3>() >= R);
+  const int64_t run = s.k * s.c;
+  float* base[R];
+  for (int64_t p0 = 0; p0 < m; p0 += R) {
+    const int64_t rows = std::min<int64_t>(R, m - p0);
+    const float* starts[R];
+    patch_starts(starts, dx, p0, rows, s);
+    for (int64_t r = 0; r < rows; ++r) base[r] = const_cast<float*>(starts[r]);
+    for (int64_t col0 = 0; col0 < run; col0 += 16 * kMaxVectors) {
+      switch ((std::min<int64_t>(run - col0, 16 * kMaxVectors) + 15) / 16) {
+        case 1: dx_columns<1>(dy, wt, p0, rows, col0, base, s); break;
+        case 2: dx_columns<2>(dy, wt, p0, rows, col0, base, s); break;
+        case 3: dx_columns<3>(dy, wt, p0, rows, col0, base, s); break;
+        default: dx_columns<4>(dy, wt, p0, rows, col0, base, s); break;
+      }
+    }
+  }
+}
+
+#endif  // RLPAR_CONV_AVX512
+
+}  // namespace
+
+bool conv2d_uses_simd() {
+#if RLPAR_CONV_AVX512
+  return true;
+#else
+  return false;
+#endif
+}
+
+int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad) {
+  if (stride <= 0) return 0;
+  const int64_t span = in + 2 * pad - k;
+  if (span < 0) return 0;
+  return span / stride + 1;
+}
+
+int64_t conv2d_scratch_floats(const ConvShape& s, int64_t batch, bool backward) {
+#if RLPAR_CONV_AVX512
+  (void)batch;
+  const int64_t padded = s.pad > 0 ? sample_size(unpadded(s)) : 0;
+  return backward ? s.oc * s.patch() + 2 * padded : padded;
+#else
+  (void)backward;
+  return col_chunk(s, batch) * s.positions() * s.patch();
+#endif
+}
+
+void conv2d_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
+                    const ConvShape& s, bool relu, float* scratch) {
+#if RLPAR_CONV_AVX512
+  if (s.pad == 0) return fast_forward(y, x, w, b, batch * s.positions(), s, relu);
+  const ConvShape q = unpadded(s);
+  for (int64_t n = 0; n < batch; ++n) {
+    pad_sample(scratch, x + n * sample_size(s), s);
+    fast_forward(y + n * s.positions() * s.oc, scratch, w, b, s.positions(), q, relu);
+  }
+#else
+  gemm_forward(y, x, w, b, batch, s, relu, scratch);
+#endif
+}
+
+void conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                     const float* w, int64_t batch, const ConvShape& s, float* scratch) {
+  const int64_t pos = s.positions();
+  add_column_sums(db, dy, batch * pos, s.oc, s.oc);
+#if RLPAR_CONV_AVX512
+  const int64_t patch = s.patch();
+  float* wt = scratch;  // [OC, patch]
+  if (dx != nullptr) transpose(wt, w, patch, s.oc);
+  if (s.pad == 0) {
+    for (int64_t n = 0; n < batch; ++n) {
+      fast_weight_grad(dw, dy + n * pos * s.oc, x + n * sample_size(s), s);
+    }
+    if (dx != nullptr) {
+      std::memset(dx, 0, sizeof(float) * batch * sample_size(s));
+      fast_data_grad(dx, dy, wt, batch * pos, s);
+    }
+    return;
+  }
+  const ConvShape q = unpadded(s);
+  float* xp = scratch + s.oc * patch;
+  float* dxp = xp + sample_size(q);
+  for (int64_t n = 0; n < batch; ++n) {
+    const float* dyn = dy + n * pos * s.oc;
+    pad_sample(xp, x + n * sample_size(s), s);
+    fast_weight_grad(dw, dyn, xp, q);
+    if (dx != nullptr) {
+      std::memset(dxp, 0, sizeof(float) * sample_size(q));
+      fast_data_grad(dxp, dyn, wt, pos, q);
+      crop_sample(dx + n * sample_size(s), dxp, s);
+    }
+  }
+#else
+  gemm_backward(dx, dw, dy, x, w, batch, s, scratch);
+#endif
+}
+
+}  // namespace rlpar::layers
