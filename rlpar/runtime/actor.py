@@ -7,6 +7,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from gymnasium.vector import VectorEnv
@@ -23,6 +24,7 @@ from rlpar.runtime.common import (
     queue_get,
     queue_put,
 )
+from rlpar.runtime.env_modes import SplitEnvs
 from rlpar.runtime.envs import ActionAdapter, env_seeds, storage_dtype
 from rlpar.snapshot import SnapshotStore
 
@@ -151,6 +153,8 @@ class Actor:
         """Fill ``r`` with T steps, all acted with one pinned parameter version."""
         if self.sampler is not None:
             self._unroll_fused(r, episodes)
+        elif isinstance(self.envs, SplitEnvs):
+            self._unroll_double_buffered(r, episodes)
         else:
             self._unroll_python(r, episodes)
         r.actor = self.index
@@ -196,6 +200,53 @@ class Actor:
                 stats.inference_s += t1 - t0
                 stats.env_s += t2 - t1
             r.obs[-1] = self.obs
+
+    def _unroll_double_buffered(self, r: Rollout, episodes: EpisodeSink) -> None:
+        """`_unroll_python` over two halves of the envs (`SplitEnvs`): each half's inference
+        runs while the other half steps. Same rollout, same random draws in the same order:
+        half 0's then half 1's columns at every step, as one [K] draw would take them."""
+        net, agent, rng, stats = self.net, self.agent, self.rng, self.stats
+        halves = list(zip(self.envs.cols, self.envs.halves, strict=True))
+        clock = time.perf_counter
+        with self.store.pin() as snap:
+            r.version = snap.version
+            r.obs[0] = self.obs
+            for t in range(r.rewards.shape[0]):
+                for cols, half in halves:
+                    if t > 0:
+                        self._receive(r, t - 1, cols, half, episodes)
+                    t0 = clock()
+                    out = r.behaviour[t, cols]
+                    net.forward(snap, r.obs[t, cols], out)
+                    a = agent.act(net, out, rng)
+                    r.actions[t, cols] = a
+                    half.send(self.actions.to_env(a))
+                    stats.inference_s += clock() - t0
+            for cols, half in halves:
+                self._receive(r, r.rewards.shape[0] - 1, cols, half, episodes)
+        self.obs = r.obs[-1].copy()
+
+    def _receive(self, r: Rollout, t: int, cols: slice, half: Any, episodes: EpisodeSink) -> None:
+        """Wait for one half's step ``t`` and write it into ``r`` (``obs[t + 1]`` included)."""
+        t0 = time.perf_counter()
+        obs, reward, terminated, truncated = half.recv()
+        self.stats.env_s += time.perf_counter() - t0
+        r.obs[t + 1, cols] = obs
+        r.rewards[t, cols] = reward
+        r.terminated[t, cols] = terminated
+        r.truncated[t, cols] = truncated
+        done = terminated | truncated
+        np.logical_not(self.prev_done[cols], out=r.mask[t, cols])
+        valid = r.mask[t, cols]
+        self.ep_return[cols] += np.where(valid, reward, 0.0)
+        self.ep_length[cols] += valid
+        self.prev_done[cols] = done
+        if done.any():
+            k = np.flatnonzero(done) + cols.start
+            rets, lens = self.ep_return[k].tolist(), self.ep_length[k].tolist()
+            episodes.add_many(list(zip(rets, lens, strict=True)))
+            self.ep_return[k] = 0.0
+            self.ep_length[k] = 0
 
     def _track_episodes(
         self,

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector import AutoresetMode, VectorEnv
 
 from rlpar.config import EnvConfig
+from rlpar.runtime.env_modes import (
+    AleEnvs,
+    EnvPoolEnvs,
+    GroupedAsyncEnvs,
+    SplitEnvs,
+    takes_env_seeds,
+)
 
 __all__ = ["ActionAdapter", "env_seeds", "make_actor_envs"]
 
@@ -23,7 +31,7 @@ def env_seeds(envs: VectorEnv, seed: int, actor: int, generation: int = 0) -> in
     def draw(*key: int) -> int:
         return int(np.random.SeedSequence([seed, actor, *key, generation]).generate_state(1)[0])
 
-    if isinstance(envs, (SyncVectorEnv, AsyncVectorEnv)):
+    if takes_env_seeds(envs):
         return [draw(k) for k in range(envs.num_envs)]
     return draw(1 << 30)
 
@@ -45,8 +53,41 @@ def run_setup(setup: str | None) -> None:
 
 
 def make_actor_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
-    """A vector env of ``num_envs`` copies of ``cfg.id`` (the env's own vectorized version when
-    it has one, else synchronous), with gymnasium's default NEXT_STEP autoreset."""
+    """A vector env of ``num_envs`` copies of ``cfg.id``, stepped as ``cfg.vectorization``
+    says (see `rlpar.runtime.env_modes`), with gymnasium's default NEXT_STEP autoreset.
+    "sync": the env's own vectorized version when it has one, else `SyncVectorEnv`."""
+    if cfg.vectorization in ("ale", "envpool"):
+        return _engine_envs(cfg, num_envs)
+    _register(cfg)
+    if cfg.vectorization == "async":
+        workers = cfg.workers_per_actor or _default_workers(num_envs)
+        if not cfg.double_buffer:
+            return GroupedAsyncEnvs(cfg, num_envs, workers)
+        if workers % 2:
+            raise ValueError(
+                "env.workers_per_actor: expected an even number with env.double_buffer (each "
+                f"half of an actor's envs gets half of the workers), got {workers}"
+            )
+        return SplitEnvs(lambda n: GroupedAsyncEnvs(cfg, n, workers // 2), num_envs)
+    return _sync_envs(cfg, num_envs)
+
+
+def _engine_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
+    """ "ale" and "envpool": the env ids are theirs, not gymnasium's registry's."""
+    if cfg.vectorization == "ale":
+        make = lambda n: AleEnvs(cfg.id, n, cfg.kwargs)  # noqa: E731
+    else:
+        make = lambda n: EnvPoolEnvs(cfg.id, n, cfg.kwargs)  # noqa: E731
+    return SplitEnvs(make, num_envs) if cfg.double_buffer else make(num_envs)
+
+
+def _default_workers(num_envs: int) -> int:
+    """The most workers up to the core count that divide ``num_envs`` evenly."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(w for w in range(1, min(cores or 1, num_envs) + 1) if num_envs % w == 0)
+
+
+def _register(cfg: EnvConfig) -> None:
     if cfg.id not in gym.registry:
         run_setup(cfg.setup)
     if cfg.id.startswith("rlpar/") and cfg.id not in gym.registry:
@@ -55,12 +96,19 @@ def make_actor_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
         close = difflib.get_close_matches(cfg.id, list(gym.registry), n=3)
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise ValueError(f"unknown environment id {cfg.id!r}{hint}")
+
+
+def _sync_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
     envs = gym.make_vec(cfg.id, num_envs=num_envs, **cfg.kwargs)
+    return _check_autoreset(envs, cfg.id)
+
+
+def _check_autoreset(envs: VectorEnv, env_id: str) -> VectorEnv:
     mode = envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
     if mode != AutoresetMode.NEXT_STEP:
         envs.close()
         raise ValueError(
-            f"environment {cfg.id!r} autoresets in mode {mode}; rlpar expects NEXT_STEP "
+            f"environment {env_id!r} autoresets in mode {mode}; rlpar expects NEXT_STEP "
             "(gymnasium's default), where the step after an episode's end is the reset step"
         )
     return envs
