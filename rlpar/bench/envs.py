@@ -220,13 +220,17 @@ def _actor_loop(budget: Budget) -> dict[str, dict[str, float]]:
 
 def bench_envs(quick: bool = False) -> dict[str, Any]:
     """``{"env_only": {"rlpar", "gymnasium"[, "envpool"]: steps/s}, "actor_loop": {"python_env"
-    | "native_env" | "native_fused": {"1", "2": env steps/s over all threads}}}``, medians."""
+    | "native_env" | "native_fused": {"1", "2": env steps/s over all threads}}, "real_envs":
+    {env: {mode: {"1", "2": ...}}}}`` (see `rlpar.bench.real_envs`), medians."""
+    from rlpar.bench.real_envs import bench_real_envs
+
     budget = QUICK if quick else FULL
     return {
         "env_only": _env_only(budget),
         "actor_loop": _actor_loop(budget),
         "num_envs": NUM_ENVS,
         "unroll_length": UNROLL,
+        "real_envs": bench_real_envs(quick),
     }
 
 
