@@ -83,14 +83,14 @@ def evaluate(
             ckpt.config, path, overrides, trust_setup, run_file if run_file.is_file() else None
         )
         exp = experiment_from_dict(config)
-    except ConfigError as e:
-        raise CheckpointError(f"{path}: its config cannot rebuild the run: {e}") from None
+    except ConfigError as err:
+        raise CheckpointError(f"{path}: its config cannot rebuild the run: {err}") from None
     agent = exp.make_agent()
     try:
         envs = make_actor_envs(exp.env, 1)
-    except (TypeError, gym.error.Error) as e:  # the env's or make_vec's view of env.kwargs
+    except (TypeError, gym.error.Error) as err:  # the env's or make_vec's view of env.kwargs
         raise CheckpointError(
-            f"{path}: env {exp.env.id!r} cannot be built with env.kwargs {exp.env.kwargs}: {e}"
+            f"{path}: env {exp.env.id!r} cannot be built with env.kwargs {exp.env.kwargs}: {err}"
         ) from None
     try:
         net = Net(agent.net_spec(envs.single_observation_space, envs.single_action_space))
@@ -99,6 +99,7 @@ def evaluate(
     params = load_checkpoint(path, expected_signature=net_signature(net)).params
     agent.init_state(net, params)
     e = evaluate_policy(agent, net, params, exp.env, episodes, greedy, seed, max_envs)
+    assert e is not None  # no stop event: it plays every episode
     return EvalResult(
         checkpoint=str(path),
         env=exp.env.id,

@@ -16,7 +16,7 @@ Nature frames with ``runtime.learner_threads`` = 1 and 2 (`rlpar.ShardPool`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -24,6 +24,7 @@ import numpy as np
 
 import rlpar
 from rlpar.bench.timing import medians, sig, time_interleaved
+from rlpar.nn import Head
 
 __all__ = ["CONV_FORWARD_BATCHES", "CONV_TRAIN_BATCHES", "bench_conv", "conv_torsos"]
 
@@ -35,7 +36,7 @@ SGEMM_SIZE = 1536
 
 def conv_torsos() -> dict[str, rlpar.Net]:
     """The two benchmarked nets (6 logits + value heads)."""
-    heads = [rlpar.Categorical(6), rlpar.Value()]
+    heads: list[Head] = [rlpar.Categorical(6), rlpar.Value()]
     return {
         "nature": rlpar.Net(rlpar.conv_spec((84, 84, 4), heads)),
         "minatar": rlpar.Net(rlpar.conv_spec((10, 10, 4), heads, convs=((16, 3, 1),), hidden=128)),
@@ -46,6 +47,7 @@ def _first_layer_flops(net: rlpar.Net) -> float:
     """Multiply-adds x 2 of the first layer, whose input gradient backward skips."""
     h, w, c = net.input_shape
     layer = net.spec.layers[0]
+    assert isinstance(layer, rlpar.Conv2d)
     oh = (h + 2 * layer.padding - layer.kernel) // layer.stride + 1
     ow = (w + 2 * layer.padding - layer.kernel) // layer.stride + 1
     return 2.0 * oh * ow * layer.kernel * layer.kernel * c * layer.out_channels
@@ -96,7 +98,7 @@ def _pair(net: rlpar.Net, batch: int, torch: Any, train: bool) -> dict[str, Call
 
 def _side_by_side(
     nets: dict[str, rlpar.Net],
-    batches: dict[str, tuple[int, ...]],
+    batches: Mapping[str, tuple[int, ...]],
     torch: Any,
     train: bool,
     chunk_s: float,

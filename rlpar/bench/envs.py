@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -31,6 +31,7 @@ from rlpar import _native
 from rlpar.agent import Agent, LearnerState
 from rlpar.bench.timing import import_optional, medians, sig
 from rlpar.data import Batch, Rollout
+from rlpar.nn import Head
 from rlpar.runtime.actor import Actor
 from rlpar.runtime.common import EpisodeLog
 
@@ -82,7 +83,7 @@ class _Stepper:
 
 
 def _env_only(budget: Budget) -> dict[str, float]:
-    from rlpar import envs as rlpar_envs
+    from rlpar import envs as rlpar_envs  # type: ignore[attr-defined]  # from envs/
 
     rlpar_envs.register_envs()  # rlpar/CartPole-v1 (importing rlpar.envs does it too)
 
@@ -116,7 +117,8 @@ class _PolicyAgent(Agent):
     """An mlp categorical policy that only acts (Gumbel-max sampling, as rlpar's agents do)."""
 
     def net_spec(self, obs_space: gym.Space, action_space: gym.Space) -> rlpar.NetSpec:
-        heads = [rlpar.Categorical(int(action_space.n)), rlpar.Value()]
+        assert isinstance(action_space, gym.spaces.Discrete) and obs_space.shape is not None
+        heads: list[Head] = [rlpar.Categorical(int(action_space.n)), rlpar.Value()]
         return rlpar.mlp_spec(int(np.prod(obs_space.shape)), heads, hidden=(64, 64))
 
     def init_state(self, net: rlpar.Net, params: np.ndarray) -> LearnerState:
@@ -130,6 +132,14 @@ class _PolicyAgent(Agent):
         return {}
 
 
+class _Loop(Protocol):
+    """What `loop_rate` runs: ``loop`` until stopped, counting env steps in ``steps``."""
+
+    steps: int
+
+    def loop(self, stop: threading.Event) -> None: ...
+
+
 class _Worker:
     """One actor thread's loop of one kind; ``steps`` grows after every rollout."""
 
@@ -141,8 +151,9 @@ class _Worker:
         if kind == "native_fused":
             self.envs.reset(seed=index)
             space = self.envs.single_observation_space
+            assert space.shape is not None and space.dtype is not None
             self.rollout = Rollout.allocate(
-                UNROLL, NUM_ENVS, space.shape, space.dtype, (), np.int64, net.output_size
+                UNROLL, NUM_ENVS, space.shape, space.dtype, (), np.dtype(np.int64), net.output_size
             )
             self.sampler = _native.CategoricalSampler(index)
             self.ep_return = np.zeros(NUM_ENVS)
@@ -158,7 +169,7 @@ class _Worker:
         while not stop.is_set():
             if self.kind == "native_fused":
                 with self.store.pin() as snap:
-                    self.envs.fused_unroll(
+                    self.envs.fused_unroll(  # type: ignore[attr-defined]  # native envs
                         self.net, snap, self.sampler, self.rollout, self.ep_return, self.ep_length
                     )
             else:
@@ -168,7 +179,7 @@ class _Worker:
             self.steps += UNROLL * NUM_ENVS
 
 
-def loop_rate(workers: list[_Worker], budget: Budget) -> float:
+def loop_rate(workers: Sequence[_Loop], budget: Budget) -> float:
     stop = threading.Event()
     threads = [threading.Thread(target=w.loop, args=(stop,)) for w in workers]
     for t in threads:
@@ -189,7 +200,7 @@ def actor_loop_workers(
     kinds: Sequence[str], threads: Sequence[int]
 ) -> dict[tuple[str, int], list[_Worker]]:
     """For each kind and thread count N, N workers sharing one net and one snapshot store."""
-    from rlpar import envs as rlpar_envs
+    from rlpar import envs as rlpar_envs  # type: ignore[attr-defined]  # from envs/
 
     rlpar_envs.register_envs()  # rlpar/CartPole-v1 (importing rlpar.envs does it too)
 
@@ -228,13 +239,17 @@ def _actor_loop(budget: Budget) -> dict[str, dict[str, float]]:
 
 def bench_envs(quick: bool = False) -> dict[str, Any]:
     """``{"env_only": {"rlpar", "gymnasium"[, "envpool"]: steps/s}, "actor_loop": {"python_env"
-    | "native_env" | "native_fused": {"1", "2": env steps/s over all threads}}}``, medians."""
+    | "native_env" | "native_fused": {"1", "2": env steps/s over all threads}}, "real_envs":
+    {env: {mode: {"1", "2": ...}}}}`` (see `rlpar.bench.real_envs`), medians."""
+    from rlpar.bench.real_envs import bench_real_envs
+
     budget = QUICK if quick else FULL
     return {
         "env_only": _env_only(budget),
         "actor_loop": _actor_loop(budget),
         "num_envs": NUM_ENVS,
         "unroll_length": UNROLL,
+        "real_envs": bench_real_envs(quick),
     }
 
 

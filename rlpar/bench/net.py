@@ -19,14 +19,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 import rlpar
 from rlpar import _native
-from rlpar.bench.lstm import bench_lstm, lstm_ratios
 from rlpar.bench.conv import bench_conv, conv_ratios, format_conv
+from rlpar.bench.lstm import bench_lstm, lstm_ratios
 from rlpar.bench.timing import (
     BackgroundLoad,
     import_optional,
@@ -141,6 +143,10 @@ def _thread_scaling(
 # -------------------------------------------------------------------------------------- twins
 
 
+def _affine(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return x @ w + b
+
+
 def _conv_nhwc(w: np.ndarray, b: np.ndarray, stride: int, padding: int) -> Callable:
     """``x [B, H, W, C] -> [B, OH, OW, OC]`` by im2col and one matmul; ``w [K, K, C, OC]``."""
     k, _, c, oc = w.shape
@@ -179,7 +185,7 @@ def numpy_forward(net: rlpar.Net, params: np.ndarray) -> Callable[[np.ndarray], 
     for i, layer in enumerate(net.spec.layers):
         if isinstance(layer, rlpar.Linear):
             w, b = views[f"layers.{i}.weight"], views[f"layers.{i}.bias"]
-            steps.append(lambda x, w=w, b=b: x @ w + b)
+            steps.append(partial(_affine, w=w, b=b))
         elif isinstance(layer, rlpar.Conv2d):
             w, b = views[f"layers.{i}.weight"], views[f"layers.{i}.bias"]
             steps.append(_conv_nhwc(w, b, layer.stride, layer.padding))
@@ -220,12 +226,13 @@ def torch_twin(net: rlpar.Net, params: np.ndarray, torch):
         return module
 
     for i, layer in enumerate(net.spec.layers):
-        w, b = views.get(f"layers.{i}.weight"), views.get(f"layers.{i}.bias")
         if isinstance(layer, rlpar.Linear):
+            w, b = views[f"layers.{i}.weight"], views[f"layers.{i}.bias"]
             if i > 0 and isinstance(net.spec.layers[i - 1], rlpar.Flatten):
                 w = _rows_nhwc_to_nchw(w, shapes[i - 1])
             modules.append(load(nn.Linear(w.shape[0], w.shape[1]), w.T, b))
         elif isinstance(layer, rlpar.Conv2d):
+            w, b = views[f"layers.{i}.weight"], views[f"layers.{i}.bias"]
             k, _, c, oc = w.shape
             conv = nn.Conv2d(c, oc, k, layer.stride, layer.padding)
             modules.append(load(conv, w.transpose(3, 2, 0, 1), b))
@@ -290,15 +297,15 @@ def _forward_us(net: rlpar.Net, batches: tuple[int, ...], budget: Budget, torch)
     for batch in batches:
         obs = _random_obs(net, batch, rng)
         out = np.empty((batch, net.output_size), np.float32)
-        fns: dict[str, Callable[[], object]] = {
+        fns: dict[str, Callable[[], Any]] = {
             # positional: keyword arguments cost ~0.4 us in pybind11 (README, GIL policy)
-            "native": lambda obs=obs, out=out: net.forward(params, obs, out),
-            "numpy": lambda obs=obs: to_numpy(obs),
+            "native": partial(net.forward, params, obs, out),
+            "numpy": partial(to_numpy, obs),
         }
         want = net.forward(params, obs)
         _check_twin("numpy", fns["numpy"](), want)
         if torch:
-            fns["torch"] = lambda obs=obs: _torch_forward(net, model, obs, torch)
+            fns["torch"] = partial(_torch_forward, net, model, obs, torch)
             _check_twin("torch", fns["torch"](), want)
         for name, seconds in time_interleaved(fns, budget.chunk_s, budget.repeats).items():
             result[name][str(batch)] = sig(seconds * 1e6)

@@ -7,6 +7,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 from gymnasium.vector import VectorEnv
@@ -23,6 +24,7 @@ from rlpar.runtime.common import (
     queue_get,
     queue_put,
 )
+from rlpar.runtime.env_modes import SplitEnvs
 from rlpar.runtime.envs import ActionAdapter, env_seeds, explain_env_error, storage_dtype
 from rlpar.runtime.recurrent import CoreState
 from rlpar.snapshot import SnapshotStore
@@ -67,6 +69,8 @@ class Actor:
         self.store = store
         self.actions = ActionAdapter(envs.single_action_space)
         obs_space = envs.single_observation_space
+        if obs_space.shape is None:
+            raise ValueError(f"actor {index}: the observation space {obs_space} has no shape")
         self.num_envs = envs.num_envs
         self.free: queue.Queue[Rollout] = queue.Queue()
         for _ in range(num_buffers):
@@ -95,7 +99,8 @@ class Actor:
                 key = np.random.SeedSequence([seed, index, 1 << 21]).generate_state(1)[0]
                 self.sampler = _native.CategoricalSampler(int(key))
         try:
-            obs, _ = envs.reset(seed=env_seeds(envs, seed, index, generation))
+            # one seed per env where the vector env takes them (gymnasium types it int)
+            obs, _ = envs.reset(seed=env_seeds(envs, seed, index, generation))  # type: ignore[arg-type]
         except ValueError as e:
             raise explain_env_error(envs, e) from e
         self.obs = obs
@@ -163,6 +168,8 @@ class Actor:
         """Fill ``r`` with T steps, all acted with one pinned parameter version."""
         if self.sampler is not None:
             self._unroll_fused(r, episodes)
+        elif isinstance(self.envs, SplitEnvs):
+            self._unroll_double_buffered(r, episodes)
         else:
             self._unroll_python(r, episodes)
         r.actor = self.index
@@ -175,8 +182,9 @@ class Actor:
     def _unroll_fused(self, r: Rollout, episodes: EpisodeSink) -> None:
         """The whole unroll in one native call (its time counts as env stepping)."""
         t0 = time.perf_counter()
+        envs = cast(FusedEnvs, self.envs)  # checked when the sampler was made
         with self.store.pin() as snap:
-            r.version, ends = self.envs.fused_unroll(
+            r.version, ends = envs.fused_unroll(
                 self.net, snap, self.sampler, r, self.ep_return, self.ep_length
             )
         episodes.add_many(ends)
@@ -216,6 +224,62 @@ class Actor:
                 stats.inference_s += t1 - t0
                 stats.env_s += t2 - t1
             r.obs[-1] = self.obs
+
+    def _unroll_double_buffered(self, r: Rollout, episodes: EpisodeSink) -> None:
+        """`_unroll_python` over two halves of the envs (`SplitEnvs`): each half's inference
+        runs while the other half steps. Same rollout, same random draws in the same order:
+        half 0's then half 1's columns at every step, as one [K] draw would take them."""
+        net, agent, rng, stats = self.net, self.agent, self.rng, self.stats
+        assert isinstance(self.envs, SplitEnvs)
+        halves = list(zip(self.envs.cols, self.envs.halves, strict=True))
+        clock = time.perf_counter
+        core = self.core
+        if core is not None:
+            core.begin_unroll(r)
+        with self.store.pin() as snap:
+            r.version = snap.version
+            r.obs[0] = self.obs
+            for t in range(r.rewards.shape[0]):
+                for cols, half in halves:
+                    if t > 0:
+                        self._receive(r, t - 1, cols, half, episodes)
+                    t0 = clock()
+                    out = r.behaviour[t, cols]
+                    if core is None:
+                        net.forward(snap, r.obs[t, cols], out)
+                    else:
+                        core.forward(snap, r.obs[t, cols], out, cols)
+                    a = agent.act(net, out, rng)
+                    r.actions[t, cols] = a
+                    half.send(self.actions.to_env(a))
+                    stats.inference_s += clock() - t0
+            for cols, half in halves:
+                self._receive(r, r.rewards.shape[0] - 1, cols, half, episodes)
+        self.obs = r.obs[-1].copy()
+
+    def _receive(self, r: Rollout, t: int, cols: slice, half: Any, episodes: EpisodeSink) -> None:
+        """Wait for one half's step ``t`` and write it into ``r`` (``obs[t + 1]`` included)."""
+        t0 = time.perf_counter()
+        obs, reward, terminated, truncated = half.recv()
+        self.stats.env_s += time.perf_counter() - t0
+        r.obs[t + 1, cols] = obs
+        r.rewards[t, cols] = reward
+        r.terminated[t, cols] = terminated
+        r.truncated[t, cols] = truncated
+        done = terminated | truncated
+        np.logical_not(self.prev_done[cols], out=r.mask[t, cols])
+        valid = r.mask[t, cols]
+        if self.core is not None:
+            self.core.after_step(valid, cols)
+        self.ep_return[cols] += np.where(valid, reward, 0.0)
+        self.ep_length[cols] += valid
+        self.prev_done[cols] = done
+        if done.any():
+            k = np.flatnonzero(done) + cols.start
+            rets, lens = self.ep_return[k].tolist(), self.ep_length[k].tolist()
+            episodes.add_many(list(zip(rets, lens, strict=True)))
+            self.ep_return[k] = 0.0
+            self.ep_length[k] = 0
 
     def _track_episodes(
         self,

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import importlib
+import os
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector import AutoresetMode, VectorEnv
 
 from rlpar._checks import did_you_mean
 from rlpar.config import EnvConfig
+from rlpar.runtime.env_modes import (
+    AleEnvs,
+    EnvPoolEnvs,
+    GroupedAsyncEnvs,
+    SplitEnvs,
+    takes_env_seeds,
+)
 
 __all__ = ["ActionAdapter", "env_seeds", "explain_env_error", "make_actor_envs"]
 
@@ -23,7 +32,7 @@ def env_seeds(envs: VectorEnv, seed: int, actor: int, generation: int = 0) -> in
     def draw(*key: int) -> int:
         return int(np.random.SeedSequence([seed, actor, *key, generation]).generate_state(1)[0])
 
-    if isinstance(envs, (SyncVectorEnv, AsyncVectorEnv)):
+    if takes_env_seeds(envs):
         return [draw(k) for k in range(envs.num_envs)]
     return draw(1 << 30)
 
@@ -45,20 +54,61 @@ def run_setup(setup: str | None) -> None:
 
 
 def make_actor_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
-    """A vector env of ``num_envs`` copies of ``cfg.id`` (the env's own vectorized version when
-    it has one, else synchronous), with gymnasium's default NEXT_STEP autoreset."""
+    """A vector env of ``num_envs`` copies of ``cfg.id``, stepped as ``cfg.vectorization``
+    says (see `rlpar.runtime.env_modes`), with gymnasium's default NEXT_STEP autoreset.
+    "sync": the env's own vectorized version when it has one, else `SyncVectorEnv`."""
+    if cfg.vectorization in ("ale", "envpool"):
+        return _engine_envs(cfg, num_envs)
+    _register(cfg)
+    if cfg.vectorization == "async":
+        workers = cfg.workers_per_actor or _default_workers(num_envs)
+        if not cfg.double_buffer:
+            return GroupedAsyncEnvs(cfg, num_envs, workers)
+        if workers % 2:
+            raise ValueError(
+                "env.workers_per_actor: expected an even number with env.double_buffer (each "
+                f"half of an actor's envs gets half of the workers), got {workers}"
+            )
+        return SplitEnvs(lambda n: GroupedAsyncEnvs(cfg, n, workers // 2), num_envs)
+    return _sync_envs(cfg, num_envs)
+
+
+def _engine_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
+    """ "ale" and "envpool": the env ids are theirs, not gymnasium's registry's."""
+    make: Callable[[int], VectorEnv]
+    if cfg.vectorization == "ale":
+        make = lambda n: AleEnvs(cfg.id, n, cfg.kwargs)  # noqa: E731
+    else:
+        make = lambda n: EnvPoolEnvs(cfg.id, n, cfg.kwargs)  # noqa: E731
+    return SplitEnvs(make, num_envs) if cfg.double_buffer else make(num_envs)
+
+
+def _default_workers(num_envs: int) -> int:
+    """The most workers up to the core count that divide ``num_envs`` evenly."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(w for w in range(1, min(cores or 1, num_envs) + 1) if num_envs % w == 0)
+
+
+def _register(cfg: EnvConfig) -> None:
     if cfg.id not in gym.registry:
         run_setup(cfg.setup)
     if cfg.id.startswith("rlpar/") and cfg.id not in gym.registry:
         run_setup("rlpar.envs")  # the native envs register themselves on import
     if cfg.id not in gym.registry:
         raise ValueError(f"unknown environment id {cfg.id!r}{did_you_mean(cfg.id, gym.registry)}")
+
+
+def _sync_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
     envs = gym.make_vec(cfg.id, num_envs=num_envs, **cfg.kwargs)
+    return _check_autoreset(envs, cfg.id)
+
+
+def _check_autoreset(envs: VectorEnv, env_id: str) -> VectorEnv:
     mode = envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
     if mode != AutoresetMode.NEXT_STEP:
         envs.close()
         raise ValueError(
-            f"environment {cfg.id!r} autoresets in mode {mode}; rlpar expects NEXT_STEP "
+            f"environment {env_id!r} autoresets in mode {mode}; rlpar expects NEXT_STEP "
             "(gymnasium's default), where the step after an episode's end is the reset step"
         )
     return envs
@@ -87,7 +137,7 @@ class ActionAdapter:
         self.space = space
         if isinstance(space, gym.spaces.Discrete):
             self.shape: tuple[int, ...] = ()
-            self.dtype = np.dtype(np.int64)
+            self.dtype: np.dtype = np.dtype(np.int64)
             self.low = self.high = None
         elif isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
             self.shape = tuple(space.shape)
@@ -113,7 +163,8 @@ def explain_env_error(envs: VectorEnv, error: BaseException) -> BaseException:
         return error
     for i, obs in enumerate(env_obs):
         got = np.asarray(obs)
-        if got.shape != space.shape or not np.can_cast(got.dtype, space.dtype, "same_kind"):
+        fits_dtype = space.dtype is None or np.can_cast(got.dtype, space.dtype, "same_kind")
+        if got.shape != space.shape or not fits_dtype:
             spec = getattr(envs, "spec", None)
             name = repr(spec.id) if spec is not None else type(envs).__name__
             return ValueError(

@@ -16,6 +16,8 @@ from rlpar.snapshot import Snapshot
 
 __all__ = ["CoreState"]
 
+_ALL = slice(None)
+
 
 class CoreState:
     """``state`` float32 [K, state_size] of one actor's K envs (its own thread's only)."""
@@ -31,11 +33,14 @@ class CoreState:
         self.starts[:] = False
         np.copyto(r.core_state, self.state)
 
-    def forward(self, params: Snapshot, obs: np.ndarray, out: np.ndarray) -> None:
-        """``out [K, output_size]`` for ``obs [K, ...]``; the state advances one step."""
-        self.net.forward(params, obs, out, state=self.state, resets=self.starts)
+    def forward(
+        self, params: Snapshot, obs: np.ndarray, out: np.ndarray, cols: slice = _ALL
+    ) -> None:
+        """``out [k, output_size]`` for ``obs [k, ...]`` of the envs ``cols`` (k of the K; all
+        by default); their state advances one step."""
+        self.net.forward(params, obs, out, state=self.state[cols], resets=self.starts[cols])
 
-    def after_step(self, mask: np.ndarray) -> None:
-        """``mask [K]`` of the step just taken: where it was the env's reset step, the next
-        observation is a new episode's first."""
-        np.logical_not(mask, out=self.starts)
+    def after_step(self, mask: np.ndarray, cols: slice = _ALL) -> None:
+        """``mask [k]`` of the step the envs ``cols`` just took: where it was the env's reset
+        step, the next observation is a new episode's first."""
+        np.logical_not(mask, out=self.starts[cols])

@@ -42,6 +42,7 @@ from rlpar.nn import Net
 from rlpar.parallel import ShardPool
 from rlpar.runtime.actor import Actor
 from rlpar.runtime.common import POLL_S, ActorHandle, EpisodeLog
+from rlpar.runtime.env_modes import GIL_CHECK_AFTER_S, gil_bound_warning
 from rlpar.runtime.envs import make_actor_envs
 from rlpar.runtime.evaluation import Evaluation, eval_seed, evaluate_policy
 from rlpar.runtime.learner import Learner, VersionClock
@@ -398,6 +399,26 @@ class Runner:
             if on_progress is not None and now >= next_progress:
                 on_progress(self.progress(now - start))
                 next_progress = now + interval_s
+            self._check_gil_bound()
+
+    _gil_checked = False
+
+    def _check_gil_bound(self) -> None:
+        """Warn once when the actor threads take turns on the GIL (`gil_bound_warning`)."""
+        if self._gil_checked:
+            return
+        looping = [a for a in self.actors if isinstance(a, Actor) and a.sampler is None]
+        env_s = sum(a.stats.env_s for a in looping)
+        inference_s = sum(a.stats.inference_s for a in looping)
+        if len(looping) < 2 or self.env_cfg.vectorization != "sync":
+            self._gil_checked = True  # nothing to find in this run
+            return
+        if env_s + inference_s < GIL_CHECK_AFTER_S:
+            return  # not measured long enough yet
+        self._gil_checked = True
+        warning = gil_bound_warning(self.env_cfg, len(looping), env_s, inference_s)
+        if warning is not None:
+            log.warning(warning)
 
     def _raise_first_error(self, learner_alive: bool) -> None:
         name, exc = self._errors[0]
