@@ -28,6 +28,10 @@ class A3CConfig:
     """Discount factor."""
     reward_scale: float = 1.0
     """Rewards are multiplied by this before the loss (keeps value targets near unit size)."""
+    reward_clip: float | None = None
+    """Rewards are clipped to [-reward_clip, reward_clip] before the loss (and before
+    `reward_scale`); Atari: 1.0, as the DQN and IMPALA papers train. None: not clipped. The
+    returns the run reports and evaluates stay the env's own."""
     value_coef: float = 0.5
     """Weight of the value loss."""
     entropy_coef: float = 0.01
@@ -43,6 +47,10 @@ class A3CConfig:
 
     def __post_init__(self) -> None:
         rlpar.check_field_types(self)
+        if self.reward_clip is not None and not self.reward_clip > 0:
+            raise rlpar.ConfigError(
+                f"reward_clip: expected a number > 0 or none, got {self.reward_clip}"
+            )
         if self.action_bound_cost < 0:
             raise rlpar.ConfigError(
                 f"action_bound_cost: expected a number >= 0, got {self.action_bound_cost}"
@@ -67,6 +75,7 @@ class A3C(ActorCriticAgent):
             c.reward_scale,
             self._grad_scratch,
             action_bound_cost=c.action_bound_cost,
+            reward_clip=c.reward_clip,
             gamma=c.gamma,
             importance_weighting=False,
             value_coef=c.value_coef,

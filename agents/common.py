@@ -3,7 +3,9 @@ native actor-critic loss. Written against the public `rlpar` API only."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -184,10 +186,13 @@ def actor_critic_step(
     reward_scale: float,
     scratch: dict[int, list[np.ndarray]] | None = None,
     action_bound_cost: float = 0.0,
+    reward_clip: float | None = None,
     **loss_args: Any,
 ) -> dict[str, float]:
     """forward [T+1, N] -> native loss -> backward -> clip -> optimizer; all GIL-free.
 
+    The loss sees rewards [T, N] clipped to [-reward_clip, reward_clip] (None: not clipped),
+    then multiplied by ``reward_scale``; the episode returns the runtime reports stay the env's.
     ``action_bound_cost`` > 0 adds `bound_penalty` for a Gaussian policy with bounded actions.
     With ``state.pool`` (``runtime.learner_threads`` > 1) the N columns are split into one
     shard per thread; each shard's forward, loss and backward run on its own thread, its output
@@ -196,9 +201,10 @@ def actor_critic_step(
     in slices of the parameter vector, on the pool too.
     """
     pool = state.pool
+    rewards = partial(_loss_rewards, scale=reward_scale, clip=reward_clip)
     if pool is None or pool.threads == 1 or batch.num_columns < 2:
         out, tape, dout, metrics = _forward_loss(
-            net, state.params, batch, layout, reward_scale, action_bound_cost, loss_args
+            net, state.params, batch, layout, rewards, action_bound_cost, loss_args
         )
         try:
             grad = net.backward(tape, dout.reshape(out.shape))
@@ -206,7 +212,7 @@ def actor_critic_step(
             tape.release()
     else:
         grad, metrics = _sharded_grad(
-            net, state.params, batch, layout, reward_scale, action_bound_cost, loss_args,
+            net, state.params, batch, layout, rewards, action_bound_cost, loss_args,
             pool, {} if scratch is None else scratch,
         )  # fmt: skip
     metrics["grad_norm"] = norm = rlpar.clip_grad_norm(grad, optim.max_grad_norm, pool)
@@ -217,19 +223,26 @@ def actor_critic_step(
     return metrics
 
 
+def _loss_rewards(rewards: np.ndarray, scale: float, clip: float | None) -> np.ndarray:
+    """``rewards [T, N]`` as the loss sees them: clipped to [-clip, clip], then scaled."""
+    if clip is not None:
+        rewards = np.clip(rewards, np.float32(-clip), np.float32(clip))
+    return rewards if scale == 1.0 else rewards * np.float32(scale)
+
+
 def _forward_loss(
     net: rlpar.Net,
     params: np.ndarray,
     batch: rlpar.Batch,
     layout: PolicyLayout,
-    reward_scale: float,
+    loss_rewards: Callable[[np.ndarray], np.ndarray],
     action_bound_cost: float,
     loss_args: dict[str, Any],
 ) -> tuple[np.ndarray, rlpar.Tape, np.ndarray, dict[str, float]]:
     """Outputs [(T+1) N, O], their tape (the caller releases it), the loss gradient w.r.t. the
     outputs [T+1, N, O], and the loss metrics."""
     t_len, n = batch.rewards.shape
-    rewards = batch.rewards if reward_scale == 1.0 else batch.rewards * np.float32(reward_scale)
+    rewards = loss_rewards(batch.rewards)
     obs = batch.obs.reshape((t_len + 1) * n, *batch.obs.shape[2:])
     # A recurrent net re-runs the unroll from the actor's stored state (truncated BPTT).
     out, tape = net.forward_train(params, obs, **batch.core_args())
@@ -271,7 +284,7 @@ def _sharded_grad(
     params: np.ndarray,
     batch: rlpar.Batch,
     layout: PolicyLayout,
-    reward_scale: float,
+    loss_rewards: Callable[[np.ndarray], np.ndarray],
     action_bound_cost: float,
     loss_args: dict[str, Any],
     pool: rlpar.ShardPool,
@@ -293,7 +306,7 @@ def _sharded_grad(
 
     def shard_grad(i: int) -> dict[str, float]:
         out, tape, dout, metrics = _forward_loss(
-            net, params, shards[i], layout, reward_scale, action_bound_cost, loss_args
+            net, params, shards[i], layout, loss_rewards, action_bound_cost, loss_args
         )
         try:
             dout *= np.float32(weights[i])

@@ -27,6 +27,10 @@ class ImpalaConfig:
     """Discount factor."""
     reward_scale: float = 1.0
     """Rewards are multiplied by this before the loss (keeps value targets near unit size)."""
+    reward_clip: float | None = None
+    """Rewards are clipped to [-reward_clip, reward_clip] before the loss (and before
+    `reward_scale`); Atari: 1.0, as the DQN and IMPALA papers train. None: not clipped. The
+    returns the run reports and evaluates stay the env's own."""
     rho_bar: float = 1.0
     """Clip of the importance weights in the V-trace targets."""
     c_bar: float = 1.0
@@ -48,6 +52,10 @@ class ImpalaConfig:
 
     def __post_init__(self) -> None:
         rlpar.check_field_types(self)
+        if self.reward_clip is not None and not self.reward_clip > 0:
+            raise rlpar.ConfigError(
+                f"reward_clip: expected a number > 0 or none, got {self.reward_clip}"
+            )
         if self.action_bound_cost < 0:
             raise rlpar.ConfigError(
                 f"action_bound_cost: expected a number >= 0, got {self.action_bound_cost}"
@@ -75,6 +83,7 @@ class Impala(ActorCriticAgent):
             c.reward_scale,
             self._grad_scratch,
             action_bound_cost=c.action_bound_cost,
+            reward_clip=c.reward_clip,
             gamma=c.gamma,
             importance_weighting=True,
             rho_bar=c.rho_bar,
