@@ -45,6 +45,10 @@ class ImpalaConfig:
     """Gaussian policies with bounded actions: weight of a penalty on the squared distance of
     the policy's mean beyond the bounds (actions are clipped to them for the env, so out there
     the policy gradient has no signal and the mean drifts). 0: none."""
+    passes: int = 1
+    """Optimizer steps on each batch (1: IMPALA as published). More reuse every sample: from
+    the second pass on the batch is off-policy for the moved policy too, which V-trace's
+    clipped importance weights correct, as for a stale actor."""
     net: NetConfig = field(default_factory=NetConfig)
     """The network torso."""
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -60,6 +64,8 @@ class ImpalaConfig:
             raise rlpar.ConfigError(
                 f"action_bound_cost: expected a number >= 0, got {self.action_bound_cost}"
             )
+        if self.passes < 1:
+            raise rlpar.ConfigError(f"passes: expected an integer >= 1, got {self.passes}")
         if not 0.0 <= self.gamma <= 1.0:
             raise rlpar.ConfigError(f"gamma: expected a number in [0, 1], got {self.gamma}")
         for key in ("rho_bar", "c_bar", "pg_rho_bar"):
@@ -73,6 +79,11 @@ class Impala(ActorCriticAgent):
     Config = ImpalaConfig
 
     def learn(self, net: rlpar.Net, state: rlpar.LearnerState, batch: rlpar.Batch) -> dict:
+        for _ in range(self.config.passes - 1):
+            self._step(net, state, batch)
+        return self._step(net, state, batch)
+
+    def _step(self, net: rlpar.Net, state: rlpar.LearnerState, batch: rlpar.Batch) -> dict:
         c = self.config
         return actor_critic_step(
             net,

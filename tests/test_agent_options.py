@@ -1,5 +1,6 @@
-"""The built-in agents' reward clipping (`reward_clip`, Atari's convention): the loss sees
-clipped rewards, exactly as if the env had returned them clipped."""
+"""Options of the built-in agents: reward clipping (`reward_clip`, Atari's convention: the loss
+sees clipped rewards, exactly as if the env had returned them clipped) and IMPALA's `passes`
+(several optimizer steps on one batch)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import rlpar
 OBS, ACTIONS = gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(2)
 
 
-def params_after_a_step(name: str, rewards: np.ndarray, **config: object) -> np.ndarray:
+def params_after_a_step(
+    name: str, rewards: np.ndarray, learn_calls: int = 1, **config: object
+) -> np.ndarray:
     agent = rlpar.make_agent(name, {"optim": {"lr": 0.01}, **config})
     net = rlpar.Net(agent.net_spec(OBS, ACTIONS))
     state = agent.init_state(net, net.init_params(seed=0))
@@ -32,7 +35,8 @@ def params_after_a_step(name: str, rewards: np.ndarray, **config: object) -> np.
         policy_lag=np.zeros(1, np.int64),
         learner_version=1,
     )
-    agent.learn(net, state, batch)
+    for _ in range(learn_calls):
+        agent.learn(net, state, batch)
     return state.params.copy()
 
 
@@ -51,3 +55,12 @@ def test_rewards_are_clipped_before_the_loss_and_scaled_after(name) -> None:
 def test_a_reward_clip_must_be_positive(bad) -> None:
     with pytest.raises(rlpar.ConfigError, match="reward_clip: expected a number > 0 or none"):
         rlpar.make_agent("impala", {"reward_clip": bad})
+
+
+def test_impala_passes_are_optimizer_steps_on_the_same_batch() -> None:
+    rewards = np.random.default_rng(0).normal(0, 1, (6, 4))
+    three_passes = params_after_a_step("impala", rewards, passes=3)
+    np.testing.assert_array_equal(three_passes, params_after_a_step("impala", rewards, 3))
+    assert not np.array_equal(three_passes, params_after_a_step("impala", rewards))
+    with pytest.raises(rlpar.ConfigError, match="passes: expected an integer >= 1, got 0"):
+        rlpar.make_agent("impala", {"passes": 0})
