@@ -156,6 +156,37 @@ class OptimConfig:
         return rlpar.RMSProp(num_params, lr=self.lr, alpha=self.alpha, eps=self.eps)
 
 
+@dataclass(frozen=True)
+class RewardsAndBounds:
+    """The fields every built-in actor-critic agent's config shares (each adds its own)."""
+
+    gamma: float = 0.99
+    """Discount factor."""
+    reward_scale: float = 1.0
+    """Rewards are multiplied by this before the loss (keeps value targets near unit size)."""
+    reward_clip: float | None = None
+    """Rewards are clipped to [-reward_clip, reward_clip] before the loss (and before
+    `reward_scale`); Atari: 1.0, as the DQN and IMPALA papers train. None: not clipped. The
+    returns the run reports and evaluates stay the env's own."""
+    action_bound_cost: float = 1.0
+    """Gaussian policies with bounded actions: weight of a penalty on the squared distance of
+    the policy's mean beyond the bounds (actions are clipped to them for the env, so out there
+    the policy gradient has no signal and the mean drifts). 0: none."""
+
+    def __post_init__(self) -> None:
+        rlpar.check_field_types(self)
+        if self.reward_clip is not None and not self.reward_clip > 0:
+            raise rlpar.ConfigError(
+                f"reward_clip: expected a number > 0 or none, got {self.reward_clip}"
+            )
+        if self.action_bound_cost < 0:
+            raise rlpar.ConfigError(
+                f"action_bound_cost: expected a number >= 0, got {self.action_bound_cost}"
+            )
+        if not 0.0 <= self.gamma <= 1.0:
+            raise rlpar.ConfigError(f"gamma: expected a number in [0, 1], got {self.gamma}")
+
+
 def bound_penalty(
     mean: np.ndarray, mask: np.ndarray, low: np.ndarray, high: np.ndarray, cost: float
 ) -> tuple[float, np.ndarray]:

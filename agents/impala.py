@@ -16,21 +16,19 @@ from dataclasses import dataclass, field
 
 import rlpar
 
-from .common import ActorCriticAgent, NetConfig, OptimConfig, actor_critic_step
+from .common import (
+    ActorCriticAgent,
+    NetConfig,
+    OptimConfig,
+    RewardsAndBounds,
+    actor_critic_step,
+)
 
 
 @dataclass(frozen=True)
-class ImpalaConfig:
+class ImpalaConfig(RewardsAndBounds):
     """IMPALA hyper-parameters (defaults: the paper's, with Adam for small problems)."""
 
-    gamma: float = 0.99
-    """Discount factor."""
-    reward_scale: float = 1.0
-    """Rewards are multiplied by this before the loss (keeps value targets near unit size)."""
-    reward_clip: float | None = None
-    """Rewards are clipped to [-reward_clip, reward_clip] before the loss (and before
-    `reward_scale`); Atari: 1.0, as the DQN and IMPALA papers train. None: not clipped. The
-    returns the run reports and evaluates stay the env's own."""
     rho_bar: float = 1.0
     """Clip of the importance weights in the V-trace targets."""
     c_bar: float = 1.0
@@ -41,10 +39,6 @@ class ImpalaConfig:
     """Weight of the value loss."""
     entropy_cost: float = 0.01
     """Weight of the entropy bonus."""
-    action_bound_cost: float = 1.0
-    """Gaussian policies with bounded actions: weight of a penalty on the squared distance of
-    the policy's mean beyond the bounds (actions are clipped to them for the env, so out there
-    the policy gradient has no signal and the mean drifts). 0: none."""
     passes: int = 1
     """Optimizer steps on each batch (1: IMPALA as published). More reuse every sample: from
     the second pass on the batch is off-policy for the moved policy too, which V-trace's
@@ -55,19 +49,9 @@ class ImpalaConfig:
     """The optimizer."""
 
     def __post_init__(self) -> None:
-        rlpar.check_field_types(self)
-        if self.reward_clip is not None and not self.reward_clip > 0:
-            raise rlpar.ConfigError(
-                f"reward_clip: expected a number > 0 or none, got {self.reward_clip}"
-            )
-        if self.action_bound_cost < 0:
-            raise rlpar.ConfigError(
-                f"action_bound_cost: expected a number >= 0, got {self.action_bound_cost}"
-            )
+        super().__post_init__()
         if self.passes < 1:
             raise rlpar.ConfigError(f"passes: expected an integer >= 1, got {self.passes}")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise rlpar.ConfigError(f"gamma: expected a number in [0, 1], got {self.gamma}")
         for key in ("rho_bar", "c_bar", "pg_rho_bar"):
             if getattr(self, key) <= 0:
                 raise rlpar.ConfigError(f"{key}: expected a number > 0, got {getattr(self, key)}")

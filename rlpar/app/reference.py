@@ -51,7 +51,15 @@ class FieldDoc:
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """The docstring under each field of dataclass ``cls`` (PEP 257 attribute docstrings)."""
+    """The docstring under each field of dataclass ``cls`` (PEP 257 attribute docstrings),
+    including the fields it inherits (a subclass's docstring wins)."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__[:-1]):  # base classes first, object left out
+        docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
     try:
         source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):

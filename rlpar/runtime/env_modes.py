@@ -238,7 +238,9 @@ class GroupedAsyncEnvs(_SendRecv):
         return (
             f'env.vectorization = "async": a worker process of {self.env_id!r} died while '
             f'stepping (exit codes {codes}); run the env with vectorization = "sync" to see '
-            "its own error, or check the machine's memory (a killed worker exits with -9)"
+            "its own error, or check the machine's memory (a killed worker exits with -9); "
+            "a script that starts the run when imported must do so under "
+            '`if __name__ == "__main__":`, since spawned workers import the main module'
         )
 
     def _flat(self, obs: np.ndarray) -> np.ndarray:
