@@ -26,9 +26,11 @@ uint8 in [0, 255]), so it neither transposes nor scales them: it hands the extra
 Hyper-parameters. PPO: PureJaxRL's MinAtar PPO settings (its ``brax_minatar`` notebook, tuned
 for gymnax's MinAtar games): 64 envs x 128 steps, 4 epochs of 8 minibatches (1024), gamma 0.99,
 GAE lambda 0.95, clip 0.2, entropy 0.01, value 0.5, grad norm 0.5, Adam (eps 1e-5) with the
-learning rate annealed linearly over their 10M steps (a 300 s budget sees only its start).
+learning rate annealed linearly over their 10M steps (a 300 s budget ends after 3-4M of
+them here, the rate still at 60-70%).
 One change: the learning rate is 5e-4 (rlpar's for this game) instead of their 5e-3, which
-they tuned for an MLP on flattened frames and which is large for a conv torso. A2C: rl-zoo's
+they tuned for an MLP on flattened frames (5e-3 was not tried here with the conv torso).
+A2C: rl-zoo's
 Atari settings (16 envs, 5 steps, entropy 0.01, value 0.25, RMSprop lr 7e-4, eps 1e-5 as
 in TF). Both sides discount with gamma 0.99.
 
