@@ -17,6 +17,7 @@ Configurations take turns, repeat after repeat, and every value is the median of
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -83,7 +84,7 @@ class _Stepper:
 
 
 def _env_only(budget: Budget) -> dict[str, float]:
-    from rlpar import envs as rlpar_envs  # type: ignore[attr-defined]  # from envs/
+    rlpar_envs = importlib.import_module("rlpar.envs")  # installed from envs/
 
     rlpar_envs.register_envs()  # rlpar/CartPole-v1 (importing rlpar.envs does it too)
 
@@ -200,7 +201,7 @@ def actor_loop_workers(
     kinds: Sequence[str], threads: Sequence[int]
 ) -> dict[tuple[str, int], list[_Worker]]:
     """For each kind and thread count N, N workers sharing one net and one snapshot store."""
-    from rlpar import envs as rlpar_envs  # type: ignore[attr-defined]  # from envs/
+    rlpar_envs = importlib.import_module("rlpar.envs")  # installed from envs/
 
     rlpar_envs.register_envs()  # rlpar/CartPole-v1 (importing rlpar.envs does it too)
 
