@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "eigen_maps.h"
 #include "rlpar/layers.h"
 
 #if defined(__AVX512F__)
@@ -25,11 +26,6 @@
 
 namespace rlpar::layers {
 namespace {
-
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MatMap = Eigen::Map<RowMat>;
-using ConstMatMap = Eigen::Map<const RowMat>;
-using ConstRowVec = Eigen::Map<const Eigen::RowVectorXf>;
 
 int64_t sample_size(const ConvShape& s) { return s.h * s.w * s.c; }
 

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "eigen_maps.h"
+
 #if defined(__AVX512F__)
 #include "avx512_kernels.h"
 #define RLPAR_LINEAR_AVX512 1
@@ -11,14 +13,6 @@
 
 namespace rlpar::layers {
 namespace {
-
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MatMap = Eigen::Map<RowMat>;
-using ConstMatMap = Eigen::Map<const RowMat>;
-using VecMap = Eigen::Map<Eigen::VectorXf>;
-using ConstRowVec = Eigen::Map<const Eigen::RowVectorXf>;
-using ArrMap = Eigen::Map<Eigen::ArrayXf>;
-using ConstArrMap = Eigen::Map<const Eigen::ArrayXf>;
 
 #if RLPAR_LINEAR_AVX512
 // Rows of w per pass of the forward: a 512 x 64 block of the weight (128 KiB) stays in L2 while

@@ -3,14 +3,12 @@
 #include <Eigen/Core>
 #include <cstring>
 
+#include "eigen_maps.h"
 #include "rlpar/layers.h"
 
 namespace rlpar::lstm {
 namespace {
 
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MatMap = Eigen::Map<RowMat>;
-using ConstMatMap = Eigen::Map<const RowMat>;
 using Strided = Eigen::Map<Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,
                            Eigen::OuterStride<>>;
 using Arr = Eigen::Map<Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;

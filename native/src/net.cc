@@ -11,13 +11,12 @@
 #include <stdexcept>
 #include <utility>
 
+#include "eigen_maps.h"
 #include "rlpar/layers.h"
 #include "rlpar/lstm.h"
 
 namespace rlpar {
 
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using ConstMatMap = Eigen::Map<const RowMat>;
 using StridedMap = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
 using ConstStridedMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
 
