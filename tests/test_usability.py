@@ -231,3 +231,8 @@ def test_the_readme_states_the_slot_range_the_store_enforces() -> None:
     for bad in (low - 1, high + 1):
         with pytest.raises(ValueError, match="num_slots"):
             rlpar.SnapshotStore(4, num_slots=bad)
+
+
+def test_eval_config_checks_field_types_when_built_in_python() -> None:
+    with pytest.raises(rlpar.ConfigError, match="episodes: expected an integer, got '100'"):
+        rlpar.EvalConfig(episodes="100")

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import gymnasium as gym
 
@@ -22,32 +21,20 @@ from rlpar.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from rlpar.config import ConfigError
 from rlpar.nn import Net
 from rlpar.runtime.envs import make_actor_envs
-from rlpar.runtime.evaluation import evaluate_policy
+from rlpar.runtime.evaluation import Evaluation, evaluate_policy
 
 __all__ = ["EvalResult", "evaluate", "find_checkpoint"]
 
 
 @dataclass
-class EvalResult:
-    """Returns and lengths of the episodes played, and what was played."""
+class EvalResult(Evaluation):
+    """An `Evaluation` of a checkpoint's parameters, and what they were trained on."""
 
     checkpoint: str
     env: str
     agent: str
-    policy: str
-    episodes: int
-    mean_return: float
-    std_return: float
-    min_return: float
-    max_return: float
-    mean_length: float
-    returns: list[float]
-    lengths: list[int]
     trained_env_steps: int
     trained_learner_steps: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def evaluate(
@@ -101,18 +88,10 @@ def evaluate(
     e = evaluate_policy(agent, net, params, exp.env, episodes, greedy, seed, max_envs)
     assert e is not None  # no stop event: it plays every episode
     return EvalResult(
+        **asdict(e),
         checkpoint=str(path),
         env=exp.env.id,
         agent=exp.agent_name,
-        policy=e.policy,
-        episodes=e.episodes,
-        mean_return=e.mean_return,
-        std_return=e.std_return,
-        min_return=e.min_return,
-        max_return=e.max_return,
-        mean_length=e.mean_length,
-        returns=e.returns,
-        lengths=e.lengths,
         trained_env_steps=int(ckpt.counters.get("env_steps", 0)),
         trained_learner_steps=int(ckpt.counters.get("learner_steps", 0)),
     )
