@@ -147,7 +147,7 @@ class NativeVectorEnv(VectorEnv):
     def check_fused(self, net: Any) -> None:
         """Raise ValueError (saying why) unless `fused_unroll` can run ``net`` on these envs:
         the net needs exactly one Categorical head with one logit per action, and inputs of
-        the envs' observation dtype and size."""
+        the envs' observation dtype and size (feed-forward or recurrent)."""
         _native.check_fused_unroll(self.native, net)
 
     def fused_unroll(
@@ -158,6 +158,7 @@ class NativeVectorEnv(VectorEnv):
         rollout: Any,
         ep_return: np.ndarray,
         ep_length: np.ndarray,
+        core: Any = None,
         release_gil: bool | None = None,
     ) -> tuple[int, list[tuple[float, int]]]:
         """Fill ``rollout`` (an ``rlpar.Rollout`` of T steps over these K envs) with one
@@ -169,7 +170,15 @@ class NativeVectorEnv(VectorEnv):
         episodes in progress across calls, updated in place. Returns (version, [(return, length)]
         of the episodes that ended, in order). Only ``rollout``'s arrays are written: set its
         ``version``, ``actor`` and ``seq`` yourself.
+
+        A recurrent net needs ``core``, the actor's carried state
+        (`rlpar.runtime.recurrent.CoreState`: ``state`` float32 [K, state_size] and ``starts``
+        bool [K], both updated in place); the state fed into step 0 goes to
+        ``rollout.core_state`` [K, state_size], as on the Python path.
         """
+        state = starts = core_state = None
+        if core is not None:
+            state, starts, core_state = core.state, core.starts, rollout.core_state
         return _native.fused_unroll(
             self.native,
             net,
@@ -184,6 +193,9 @@ class NativeVectorEnv(VectorEnv):
             rollout.behaviour,
             ep_return,
             ep_length,
+            state=state,
+            starts=starts,
+            core_state=core_state,
             release_gil=release_gil,
         )
 

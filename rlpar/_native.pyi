@@ -209,9 +209,9 @@ def check_fused_unroll(envs: VecEnv, net: Net) -> None:
     """
 def clip_by_global_norm(grad: typing.Any, max_norm: typing.SupportsFloat | typing.SupportsIndex) -> float:
     ...
-def fused_unroll(envs: VecEnv, net: Net, params: typing.Any, sampler: CategoricalSampler, obs: typing.Any, actions: typing.Any, rewards: typing.Any, terminated: typing.Any, truncated: typing.Any, mask: typing.Any, behaviour: typing.Any, ep_return: typing.Any, ep_length: typing.Any, release_gil: typing.Any = None) -> tuple:
+def fused_unroll(envs: VecEnv, net: Net, params: typing.Any, sampler: CategoricalSampler, obs: typing.Any, actions: typing.Any, rewards: typing.Any, terminated: typing.Any, truncated: typing.Any, mask: typing.Any, behaviour: typing.Any, ep_return: typing.Any, ep_length: typing.Any, state: typing.Any = None, starts: typing.Any = None, core_state: typing.Any = None, release_gil: typing.Any = None) -> tuple:
     """
-    One whole unroll of T steps over the K envs in one call (rlpar/unroll.h), written into the rollout arrays (obs [T+1, K, ...], actions int64 [T, K], rewards float32, terminated / truncated / mask bool [T, K], behaviour float32 [T, K, output_size]); ep_return float64 [K] and ep_length int64 [K] carry the episodes in progress. Returns (version of params, [(return, length) of each episode that ended]).
+    One whole unroll of T steps over the K envs in one call (rlpar/unroll.h), written into the rollout arrays (obs [T+1, K, ...], actions int64 [T, K], rewards float32, terminated / truncated / mask bool [T, K], behaviour float32 [T, K, output_size]); ep_return float64 [K] and ep_length int64 [K] carry the episodes in progress. A recurrent net also takes state float32 [K, state_size] and starts bool [K] (the actor's carried core state and pending episode starts, updated in place) and writes the state fed into step 0 to core_state float32 [K, state_size]. Returns (version of params, [(return, length) of each episode that ended]).
     """
 def gil_release_threshold() -> float:
     ...

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import reference as ref
 
-import rlpar
 from rlpar import LSTM, Categorical, Linear, Net, NetSpec, Tanh, Value
 
 T, N, D, H = 5, 3, 4, 6
@@ -170,10 +169,3 @@ def test_errors_name_what_was_expected() -> None:
         NetSpec(input_shape=(D,), heads=[Value()], core=4)
     with pytest.raises(ValueError, match=r"LSTM\.hidden: expected an integer >= 1, got 0"):
         LSTM(0)
-
-
-def test_fused_unroll_refuses_a_recurrent_net() -> None:
-    envs = rlpar._native.VecEnv("CartPole-v1", 2)
-    spec = NetSpec(input_shape=(4,), heads=[Categorical(2), Value()], core=LSTM(4))
-    with pytest.raises(ValueError, match="fused unroll does not carry a recurrent state"):
-        rlpar._native.check_fused_unroll(envs, Net(spec))

@@ -1,10 +1,11 @@
 """Recurrent policies through the runtime: actors carry the core state, rollouts store it at the
 unroll start, the learner re-runs each unroll from it with the episode-start resets; agents,
-deterministic mode, checkpoints, evaluation and the fused path's fallback."""
+deterministic mode, checkpoints, evaluation and the fused native unroll."""
 
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from rlpar.runtime import Runner
 from rlpar.runtime.actor import Actor
 from rlpar.runtime.common import EpisodeLog
 from rlpar.runtime.envs import make_actor_envs
+from rlpar.runtime.recurrent import CoreState
 
 
 def impala(lstm: int = 8, **kw) -> rlpar.Agent:
@@ -53,6 +55,20 @@ def make_actor(env_id: str = "CartPole-v1", lstm: int = 8) -> Actor:
     return actor
 
 
+def check_learner_rerun(net: rlpar.Net, params: np.ndarray, r: rlpar.Rollout) -> int:
+    """The learner's re-run of ``r`` from its stored start state, with the episode-start
+    resets, reproduces the actor's outputs; returns the episodes that started inside it."""
+    batch = Batch.stack([r], learner_version=1)
+    t_len, k = r.rewards.shape
+    obs = batch.obs.reshape((t_len + 1) * k, *batch.obs.shape[2:])
+    out, tape = net.forward_train(params, obs, **batch.core_args())
+    tape.release()
+    np.testing.assert_allclose(
+        out.reshape(t_len + 1, k, -1)[:t_len], r.behaviour, rtol=1e-5, atol=1e-5
+    )
+    return int(episode_starts(r.mask)[1:].sum())
+
+
 def test_learner_rerun_of_each_unroll_gives_the_actors_outputs() -> None:
     """Three consecutive unrolls with episodes ending inside them: recomputing each from its
     stored start state with `episode_starts` reproduces the behaviour outputs; and the state
@@ -64,15 +80,7 @@ def test_learner_rerun_of_each_unroll_gives_the_actors_outputs() -> None:
     for _ in range(6):
         r = actor.free.get()
         actor.unroll(r, episodes)
-        batch = Batch.stack([r], learner_version=1)
-        t_len, k = r.rewards.shape
-        obs = batch.obs.reshape((t_len + 1) * k, -1)
-        out, tape = net.forward_train(params, obs, **batch.core_args())
-        tape.release()
-        np.testing.assert_allclose(
-            out.reshape(t_len + 1, k, -1)[:t_len], r.behaviour, rtol=1e-5, atol=1e-5
-        )
-        seen_resets += int(episode_starts(r.mask)[1:].sum())
+        seen_resets += check_learner_rerun(net, params, r)
         actor.free.put(r)
     assert seen_resets > 0, "no episode started inside an unroll: the resets went untested"
     assert episodes.count > 0
@@ -160,12 +168,77 @@ def test_checkpoint_resume_keeps_the_core_and_refuses_another_width(tmp_path) ->
         Runner(impala(lstm=4), env, small_runtime(), resume=path)
 
 
-def test_fused_native_envs_fall_back_to_the_python_path() -> None:
+@pytest.mark.parametrize("env_id", ["rlpar/CartPole-v1", "rlpar/Catch-v0"])
+def test_fused_unroll_carries_the_state_like_the_python_path(env_id) -> None:
+    """The fused native unroll runs a recurrent net: over consecutive unrolls, with episodes
+    ending inside them, its outputs equal a step-by-step replay of the recorded observations
+    and masks through the Python path's `CoreState` (bit for bit: the same native call), each
+    rollout stores the state its step 0 was fed, and the learner's re-run reproduces them."""
+    actor = make_actor(env_id)
+    assert actor.sampler is not None, "the fused unroll refused the recurrent net"
+    net, params = actor.net, actor.params
+    replay = CoreState(net, actor.num_envs)
+    episodes = EpisodeLog()
+    seen_resets = 0
+    for _ in range(8):
+        r = actor.free.get()
+        actor.unroll(r, episodes)
+        start = SimpleNamespace(core_state=np.empty_like(r.core_state))
+        replay.begin_unroll(start)  # only its core_state is written
+        np.testing.assert_array_equal(r.core_state, start.core_state)
+        for t in range(r.rewards.shape[0]):
+            out = np.empty_like(r.behaviour[t])
+            replay.forward(params, r.obs[t], out)
+            np.testing.assert_array_equal(out, r.behaviour[t])
+            replay.after_step(r.mask[t])
+        seen_resets += check_learner_rerun(net, params, r)
+        actor.free.put(r)
+    assert seen_resets > 0, "no episode started inside an unroll: the resets went untested"
+    assert np.abs(replay.state).sum() > 0
+
+
+def test_fused_unroll_checks_the_state_arrays() -> None:
     actor = make_actor("rlpar/CartPole-v1")
-    assert actor.sampler is None  # the fused unroll refused the recurrent net
     r = actor.free.get()
-    actor.unroll(r, EpisodeLog())
-    assert np.abs(r.behaviour).sum() > 0
+    arrays = (r.obs, r.actions, r.rewards, r.terminated, r.truncated, r.mask, r.behaviour)
+    args = (actor.envs.native, actor.net, actor.params, actor.sampler, *arrays,
+            actor.ep_return, actor.ep_length)  # fmt: skip
+    with pytest.raises(ValueError, match=r"LSTM core: fused_unroll needs state float32 \[K, 16\]"):
+        rlpar._native.fused_unroll(*args)
+    state, starts = actor.core.state, actor.core.starts
+    with pytest.raises(ValueError, match=r"state must have shape \(3, 16\)"):
+        rlpar._native.fused_unroll(
+            *args, state=state[:, :8].copy(), starts=starts, core_state=r.core_state
+        )
+    with pytest.raises(TypeError, match="starts"):
+        rlpar._native.fused_unroll(
+            *args, state=state, starts=starts.astype(np.uint8), core_state=r.core_state
+        )
+    with pytest.raises(ValueError, match="different arrays"):
+        rlpar._native.fused_unroll(*args, state=state, starts=starts, core_state=state)
+    ff = make_actor("rlpar/CartPole-v1", lstm=0)
+    with pytest.raises(ValueError, match="this net is feed-forward"):
+        rlpar._native.fused_unroll(
+            ff.envs.native, ff.net, ff.params, ff.sampler, *arrays, ff.ep_return, ff.ep_length,
+            state=state, starts=starts,
+        )  # fmt: skip
+
+
+def test_fused_native_training_with_an_lstm_is_deterministic() -> None:
+    """IMPALA + LSTM on a native env runs the fused unroll, learns something and is
+    bit-reproducible in deterministic mode."""
+
+    def final(seed: int) -> tuple[np.ndarray, Runner]:
+        cfg = small_runtime(deterministic=True, seed=seed, total_env_steps=3000)
+        runner = Runner(impala(), EnvConfig("rlpar/CartPole-v1"), cfg)
+        assert all(a.sampler is not None for a in runner.actors), "not on the fused path"
+        runner.run()
+        return runner.state.params.copy(), runner
+
+    a, runner = final(1)
+    b, _ = final(1)
+    np.testing.assert_array_equal(a, b)
+    assert runner.state.steps > 0 and np.isfinite(a).all()
 
 
 def test_actor_threads_keep_their_own_states() -> None:

@@ -147,7 +147,8 @@ py::tuple do_unroll(VecEnv& envs, const std::shared_ptr<Net>& net, py::handle pa
                     CategoricalSampler& sampler, py::handle obs, py::handle actions,
                     py::handle rewards, py::handle terminated, py::handle truncated,
                     py::handle mask, py::handle behaviour, py::handle ep_return,
-                    py::handle ep_length, py::handle release_gil) {
+                    py::handle ep_length, py::handle state, py::handle starts,
+                    py::handle core_state, py::handle release_gil) {
   rlpar::check_unroll_net(*net, envs);
   if (!py::isinstance<py::array>(actions)) {
     throw py::type_error("actions must be a numpy array, got " + type_name(actions));
@@ -173,6 +174,22 @@ py::tuple do_unroll(VecEnv& envs, const std::shared_ptr<Net>& net, py::handle pa
   a.behaviour = output_array<float>(behaviour, "behaviour", {t, k, net->output_size()});
   double* ret = output_array<double>(ep_return, "ep_return", {k});
   int64_t* len = output_array<int64_t>(ep_length, "ep_length", {k});
+  if (net->recurrent()) {
+    const py::ssize_t s = net->state_size();
+    if (state.is_none() || starts.is_none() || core_state.is_none()) {
+      throw py::value_error("the net has an LSTM core: fused_unroll needs state float32 [K, " +
+                            std::to_string(s) + "], starts bool [K] and core_state float32 [K, " +
+                            std::to_string(s) + "]");
+    }
+    a.state = output_array<float>(state, "state", {k, s});
+    a.starts = output_array<bool>(starts, "starts", {k});
+    a.core_state = output_array<float>(core_state, "core_state", {k, s});
+    if (a.core_state == a.state) {
+      throw py::value_error("core_state and state must be different arrays");
+    }
+  } else if (!state.is_none() || !starts.is_none()) {
+    throw py::value_error("state and starts are for a recurrent net; this net is feed-forward");
+  }
   UnrollParams p = unroll_params(*net, params);
   std::vector<rlpar::EpisodeEnd> ends;
   {
@@ -310,11 +327,16 @@ void bind_envs(py::module_& m) {
   m.def("fused_unroll", &do_unroll, py::arg("envs"), py::arg("net"), py::arg("params"),
         py::arg("sampler"), py::arg("obs"), py::arg("actions"), py::arg("rewards"),
         py::arg("terminated"), py::arg("truncated"), py::arg("mask"), py::arg("behaviour"),
-        py::arg("ep_return"), py::arg("ep_length"), py::arg("release_gil") = py::none(),
+        py::arg("ep_return"), py::arg("ep_length"), py::arg("state") = py::none(),
+        py::arg("starts") = py::none(), py::arg("core_state") = py::none(),
+        py::arg("release_gil") = py::none(),
         "One whole unroll of T steps over the K envs in one call (rlpar/unroll.h), written "
         "into the rollout arrays (obs [T+1, K, ...], actions int64 [T, K], rewards float32, "
         "terminated / truncated / mask bool [T, K], behaviour float32 [T, K, output_size]); "
         "ep_return float64 [K] and ep_length int64 [K] carry the episodes in progress. "
+        "A recurrent net also takes state float32 [K, state_size] and starts bool [K] (the "
+        "actor's carried core state and pending episode starts, updated in place) and writes "
+        "the state fed into step 0 to core_state float32 [K, state_size]. "
         "Returns (version of params, [(return, length) of each episode that ended]).");
 }
 

@@ -1,6 +1,7 @@
 // The fused actor loop: see rlpar/unroll.h.
 #include "rlpar/unroll.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -61,11 +62,6 @@ void CategoricalSampler::sample(const float* logits, int64_t batch, int64_t stri
 
 LogitsSlice check_unroll_net(const Net& net, const VecEnv& envs) {
   const EnvSpec& spec = envs.spec();
-  if (net.recurrent()) {
-    throw std::invalid_argument(
-        "the fused unroll does not carry a recurrent state, and this net has an LSTM core "
-        "(actors run it on the Python path)");
-  }
   LogitsSlice slice;
   int found = 0;
   for (const OutputInfo& o : net.outputs()) {
@@ -100,8 +96,24 @@ std::vector<EpisodeEnd> unroll(const Net& net, const float* params, VecEnv& envs
   if (a.steps < 1) {
     throw std::invalid_argument("an unroll needs at least 1 step, got " + std::to_string(a.steps));
   }
+  const bool recurrent = net.recurrent();
+  if (recurrent && (a.state == nullptr || a.starts == nullptr || a.core_state == nullptr)) {
+    throw std::invalid_argument("the net has an LSTM core: the fused unroll needs its state, "
+                                "starts and core_state arrays");
+  }
   const int64_t k = envs.num_envs();
   const int64_t out_size = net.output_size();
+  const int64_t state_size = net.state_size();
+  // The episode starts of the step being acted, as the net's resets: zero at step 0, since the
+  // pending starts are applied to the state before it is stored as the unroll's start state.
+  std::vector<uint8_t> resets(recurrent ? k : 0, 0);
+  if (recurrent) {
+    for (int64_t i = 0; i < k; ++i) {
+      if (a.starts[i]) std::fill_n(a.state + i * state_size, state_size, 0.0f);
+      a.starts[i] = false;
+    }
+    std::copy_n(a.state, k * state_size, a.core_state);
+  }
   const int64_t obs_bytes = envs.spec().obs_size() * (envs.spec().obs_uint8 ? 1 : 4);
   char* obs = static_cast<char*>(a.obs);
   std::vector<bool> prev_done(k);
@@ -112,7 +124,17 @@ std::vector<EpisodeEnd> unroll(const Net& net, const float* params, VecEnv& envs
   for (int64_t t = 0; t < a.steps; ++t) {
     const int64_t tk = t * k;
     float* out = a.behaviour + tk * out_size;
-    net.forward(params, obs + tk * obs_bytes, k, out);
+    if (recurrent) {
+      SeqArgs seq;
+      seq.steps = 1;
+      seq.seqs = k;
+      seq.state0 = a.state;
+      seq.resets = resets.data();
+      seq.state_out = a.state;
+      net.forward_seq(params, obs + tk * obs_bytes, seq, out);
+    } else {
+      net.forward(params, obs + tk * obs_bytes, k, out);
+    }
     sampler.sample(out, k, out_size, logits.offset, logits.size, a.actions + tk);
     envs.step(a.actions + tk, obs + (tk + k) * obs_bytes, a.rewards + tk, a.terminated + tk,
               a.truncated + tk);
@@ -130,6 +152,7 @@ std::vector<EpisodeEnd> unroll(const Net& net, const float* params, VecEnv& envs
         ep_length[i] = 0;
       }
       prev_done[i] = done;
+      if (recurrent) resets[i] = a.starts[i] = !valid;
     }
   }
   return ends;

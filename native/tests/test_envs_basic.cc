@@ -249,6 +249,14 @@ void test_unroll_bookkeeping() {
   CHECK_THROWS(std::invalid_argument, rlpar::unroll(wrong_net, wrong_params.data(), envs, sampler,
                                                     a, ret.data(), len.data()));
   CHECK(state_of(envs, 0) == before);
+  // A recurrent net without its state arrays is refused before any env moves.
+  rlpar::NetSpec recurrent = spec;
+  recurrent.lstm_hidden = 4;
+  rlpar::Net lstm_net(recurrent);
+  std::vector<float> lstm_params(lstm_net.num_params(), 0.01f);
+  CHECK_THROWS(std::invalid_argument, rlpar::unroll(lstm_net, lstm_params.data(), envs, sampler,
+                                                    a, ret.data(), len.data()));
+  CHECK(state_of(envs, 0) == before);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Native envs and the fused unroll under threads (run under ThreadSanitizer by ctest): actor
 // threads each own their envs and share one Net and one SnapshotStore while a writer publishes;
-// their rollouts equal those of a lone thread. Two threads misusing one VecEnv get an error
+// their rollouts equal those of a lone thread, for a feed-forward net and for one with an LSTM
+// core (each actor carrying its own state). Two threads misusing one VecEnv get an error
 // from its guard instead of a data race.
 #include <atomic>
 #include <cstdint>
@@ -21,15 +22,16 @@ constexpr int64_t kSteps = 20;
 constexpr int kUnrolls = 30;
 
 struct Buffers {
-  std::vector<float> obs, rewards, behaviour;
+  std::vector<float> obs, rewards, behaviour, state, core_state;
   std::vector<int64_t> actions;
-  std::vector<char> term, trunc, mask;
+  std::vector<char> term, trunc, mask, starts;
   rlpar::UnrollArrays arrays;
 
-  explicit Buffers(int64_t out_size)
+  Buffers(int64_t out_size, int64_t state_size)
       : obs((kSteps + 1) * kEnvs * 4), rewards(kSteps * kEnvs),
-        behaviour(kSteps * kEnvs * out_size), actions(kSteps * kEnvs), term(kSteps * kEnvs),
-        trunc(kSteps * kEnvs), mask(kSteps * kEnvs) {
+        behaviour(kSteps * kEnvs * out_size), state(kEnvs * state_size),
+        core_state(kEnvs * state_size), actions(kSteps * kEnvs), term(kSteps * kEnvs),
+        trunc(kSteps * kEnvs), mask(kSteps * kEnvs), starts(kEnvs) {
     arrays.steps = kSteps;
     arrays.obs = obs.data();
     arrays.actions = actions.data();
@@ -38,48 +40,63 @@ struct Buffers {
     arrays.truncated = reinterpret_cast<bool*>(trunc.data());
     arrays.mask = reinterpret_cast<bool*>(mask.data());
     arrays.behaviour = behaviour.data();
+    if (state_size > 0) {
+      arrays.state = state.data();
+      arrays.starts = reinterpret_cast<bool*>(starts.data());
+      arrays.core_state = core_state.data();
+    }
   }
 };
 
-// All actions of kUnrolls unrolls; the params are constant (every publish writes the same).
-std::vector<int64_t> actor(const rlpar::Net& net, const rlpar::SnapshotStore& store,
+// All actions and outputs (and start states) of kUnrolls unrolls; the params are constant
+// (every publish writes the same).
+struct Trace {
+  std::vector<int64_t> actions;
+  std::vector<float> outputs;
+  bool operator==(const Trace& o) const { return actions == o.actions && outputs == o.outputs; }
+};
+
+Trace actor(const rlpar::Net& net, const rlpar::SnapshotStore& store,
                            std::uint64_t seed) {
   rlpar::VecEnv envs("CartPole-v1", kEnvs);
   std::vector<std::uint64_t> seeds(kEnvs);
   for (int64_t i = 0; i < kEnvs; ++i) seeds[i] = seed * 1000 + i;
   envs.reset(seeds.data(), nullptr);
   rlpar::CategoricalSampler sampler(seed);
-  Buffers b(net.output_size());
+  Buffers b(net.output_size(), net.state_size());
   std::vector<double> ret(kEnvs, 0);
   std::vector<int64_t> len(kEnvs, 0);
-  std::vector<int64_t> all;
+  Trace all;
   for (int u = 0; u < kUnrolls; ++u) {
     rlpar::Pin pin = store.pin();
     rlpar::unroll(net, pin.data(), envs, sampler, b.arrays, ret.data(), len.data());
-    all.insert(all.end(), b.actions.begin(), b.actions.end());
+    all.actions.insert(all.actions.end(), b.actions.begin(), b.actions.end());
+    all.outputs.insert(all.outputs.end(), b.behaviour.begin(), b.behaviour.end());
+    all.outputs.insert(all.outputs.end(), b.core_state.begin(), b.core_state.end());
   }
   return all;
 }
 
-void test_actors_share_net_and_store() {
+void test_actors_share_net_and_store(int64_t lstm_hidden) {
   rlpar::NetSpec spec;
   spec.input_shape = {4};
   spec.layers = {rlpar::LayerSpec::linear(32), rlpar::LayerSpec::tanh()};
   spec.heads = {{rlpar::HeadKind::Categorical, 2}, {rlpar::HeadKind::Value, 1}};
+  spec.lstm_hidden = lstm_hidden;
   rlpar::Net net(spec);
   std::vector<float> params(net.num_params());
   for (size_t i = 0; i < params.size(); ++i) params[i] = 0.05f * static_cast<float>(i % 7) - 0.15f;
   rlpar::SnapshotStore store(params.size(), 8);
   store.publish(params.data(), params.size());
 
-  std::vector<std::vector<int64_t>> alone(3);
+  std::vector<Trace> alone(3);
   for (int a = 0; a < 3; ++a) alone[a] = actor(net, store, a + 1);
 
   std::atomic<bool> stop{false};
   std::thread writer([&] {
     while (!stop.load()) store.publish(params.data(), params.size());
   });
-  std::vector<std::vector<int64_t>> together(3);
+  std::vector<Trace> together(3);
   std::vector<std::thread> actors;
   for (int a = 0; a < 3; ++a) {
     actors.emplace_back([&, a] { together[a] = actor(net, store, a + 1); });
@@ -88,6 +105,7 @@ void test_actors_share_net_and_store() {
   stop.store(true);
   writer.join();
   for (int a = 0; a < 3; ++a) CHECK(alone[a] == together[a]);
+  if (lstm_hidden > 0) CHECK(alone[0].outputs != alone[1].outputs);
 }
 
 void test_shared_vecenv_is_refused_not_raced() {
@@ -118,7 +136,8 @@ void test_shared_vecenv_is_refused_not_raced() {
 }  // namespace
 
 int main() {
-  test_actors_share_net_and_store();
+  test_actors_share_net_and_store(0);
+  test_actors_share_net_and_store(8);
   test_shared_vecenv_is_refused_not_raced();
   return rlpar_test::finish("test_envs_threads");
 }

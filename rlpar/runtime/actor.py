@@ -108,7 +108,7 @@ class Actor:
         self.ep_return = np.zeros(self.num_envs, np.float64)
         self.ep_length = np.zeros(self.num_envs, np.int64)
         self.stats = ActorStats()
-        # A recurrent net's state (None for a feed-forward net): the Python path carries it.
+        # A recurrent net's state (None for a feed-forward net), carried on every path.
         self.core = CoreState(net, self.num_envs) if net.recurrent else None
         self.seq = 0
         self._rng_state = self._read_rng_state()
@@ -185,7 +185,7 @@ class Actor:
         envs = cast(FusedEnvs, self.envs)  # checked when the sampler was made
         with self.store.pin() as snap:
             r.version, ends = envs.fused_unroll(
-                self.net, snap, self.sampler, r, self.ep_return, self.ep_length
+                self.net, snap, self.sampler, r, self.ep_return, self.ep_length, self.core
             )
         episodes.add_many(ends)
         self.prev_done = r.terminated[-1] | r.truncated[-1]

@@ -139,5 +139,7 @@ class FusedEnvs(Protocol):
         rollout: Rollout,
         ep_return: np.ndarray,
         ep_length: np.ndarray,
+        core: Any = None,
     ) -> tuple[int, list[tuple[float, int]]]:
-        """Fill ``rollout``; returns (the snapshot's version, the episodes that ended)."""
+        """Fill ``rollout``; returns (the snapshot's version, the episodes that ended).
+        ``core``: a recurrent net's `rlpar.runtime.recurrent.CoreState` (carried, updated)."""

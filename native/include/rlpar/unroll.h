@@ -4,12 +4,15 @@
 // needs no GIL (unless the net has Python layers):
 //
 //     obs[0] = envs' current observations
+//     (recurrent net) state[starts] = 0; starts = false; core_state = state
 //     for t in 0 .. T-1:
 //         behaviour[t] = net.forward(params, obs[t])              // [K, output_size]
+//                        (recurrent net: from `state` with resets = starts; state advances)
 //         actions[t]   = sampler.sample(logits of behaviour[t])   // [K]
 //         mask[t]      = !(episode ended at step t - 1)           // False on autoreset steps
 //         obs[t + 1], rewards[t], terminated[t], truncated[t] = envs.step(actions[t])
 //         episode bookkeeping (returns and lengths count only steps where mask is true)
+//         (recurrent net) starts = !mask[t]   // obs[t + 1] begins an episode: reset there
 //
 // The arrays are those of rlpar.runtime.rollout.Rollout, written in place, with the same meaning
 // and invariants as the Python path. `params` must stay unchanged for the whole call (a pinned
@@ -60,6 +63,11 @@ struct UnrollArrays {
   bool* truncated = nullptr;    // [T, K]
   bool* mask = nullptr;         // [T, K]
   float* behaviour = nullptr;   // [T, K, net.output_size()]
+  // A recurrent net's core (rlpar/lstm.h), the same conventions as rlpar/runtime/recurrent.py;
+  // all three are required for a recurrent net and ignored for a feed-forward one.
+  float* state = nullptr;       // [K, net.state_size()] the actor's carried state (read, updated)
+  bool* starts = nullptr;       // [K] the next observation begins an episode (read, updated)
+  float* core_state = nullptr;  // [K, net.state_size()] written: the state fed into step 0
 };
 
 // An episode that ended during the unroll: its return and length count the steps where mask was
@@ -72,7 +80,8 @@ struct EpisodeEnd {
 };
 
 // The net must have exactly one Categorical head with envs.spec().num_actions logits, and take
-// the env's observations (same number of elements, uint8 input iff the env's frames are uint8).
+// the env's observations (same number of elements, uint8 input iff the env's frames are uint8);
+// a recurrent net also needs arrays.state, starts and core_state.
 // ep_return, ep_length: [K] the episodes in progress (read and updated). Throws
 // std::invalid_argument on a mismatch, before any env moves; logits that cannot be sampled (a
 // diverged net) throw from the step where they appear, with the arrays filled up to it.
