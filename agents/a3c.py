@@ -47,6 +47,7 @@ class A3C(ActorCriticAgent):
 
     def learn(self, net: rlpar.Net, state: rlpar.LearnerState, batch: rlpar.Batch) -> dict:
         c = self.config
+        c.optim.schedule(state, batch)
         return actor_critic_step(
             net,
             state,

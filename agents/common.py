@@ -130,6 +130,9 @@ def greedy_actions(layout: PolicyLayout, out: np.ndarray) -> np.ndarray:
     return out[:, b : b + n].astype(np.float32)
 
 
+LR_SCHEDULE_KEY = "lr_schedule_env_steps"  # in LearnerState.extra: env steps learned from
+
+
 @dataclass(frozen=True)
 class OptimConfig:
     """The learner's optimizer."""
@@ -144,11 +147,30 @@ class OptimConfig:
     """RMSProp decay."""
     max_grad_norm: float = 40.0
     """Global gradient-norm clipping."""
+    lr_decay_env_steps: int | None = None
+    """Anneal the learning rate linearly from `lr` to 0 over this many env steps learned from
+    (each batch's T × N steps, counted once whatever the agent's `passes`): the IMPALA paper's
+    schedule when set to `runtime.total_env_steps`. None: a constant `lr`. The position is
+    part of the learner state, so a resumed run continues the schedule."""
 
     def __post_init__(self) -> None:
         rlpar.check_field_types(self)
         if self.name not in ("adam", "rmsprop"):
             raise rlpar.ConfigError(f"name: expected 'adam' or 'rmsprop', got {self.name!r}")
+        if self.lr_decay_env_steps is not None and self.lr_decay_env_steps < 1:
+            raise rlpar.ConfigError(
+                f"lr_decay_env_steps: expected an integer >= 1 or none, got "
+                f"{self.lr_decay_env_steps}"
+            )
+
+    def schedule(self, state: rlpar.LearnerState, batch: rlpar.Batch) -> None:
+        """Before the optimizer step(s) on ``batch`` (rewards [T, N]): set the learning rate
+        for them and count the batch's T × N env steps as learned from."""
+        if self.lr_decay_env_steps is None:
+            return
+        learned = int(state.extra.get(LR_SCHEDULE_KEY, 0))
+        state.optimizer.lr = self.lr * max(0.0, 1.0 - learned / self.lr_decay_env_steps)
+        state.extra[LR_SCHEDULE_KEY] = learned + int(batch.rewards.size)
 
     def make(self, num_params: int) -> rlpar.Optimizer:
         if self.name == "adam":

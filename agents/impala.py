@@ -63,6 +63,7 @@ class Impala(ActorCriticAgent):
     Config = ImpalaConfig
 
     def learn(self, net: rlpar.Net, state: rlpar.LearnerState, batch: rlpar.Batch) -> dict:
+        self.config.optim.schedule(state, batch)
         for _ in range(self.config.passes - 1):
             self._step(net, state, batch)
         return self._step(net, state, batch)
