@@ -229,6 +229,27 @@ def test_ale_envs_are_channels_last_and_split_halves_step_the_same() -> None:
         split.close()
 
 
+def test_ale_results_are_put_back_in_env_order() -> None:
+    """ale-py's results carry env ids; a step returned out of order is put back in order (each
+    env's observation, reward and flags stay in its own column)."""
+    from rlpar.runtime.env_modes import AleEnvs
+
+    class Shuffled:
+        def recv(self) -> tuple:
+            ids = np.array([2, 0, 1])
+            obs = np.stack([np.full((4, 2, 2), i, np.uint8) for i in ids])  # [K, C, H, W]
+            return obs, ids * 1.0, ids == 0, ids == 1, {"env_id": ids}
+
+    envs = AleEnvs.__new__(AleEnvs)
+    envs.env, envs.num_envs = Shuffled(), 3
+    obs, reward, terminated, truncated = envs.recv()
+    assert obs.shape == (3, 2, 2, 4)
+    np.testing.assert_array_equal(obs[:, 0, 0, 0], [0, 1, 2])
+    np.testing.assert_array_equal(reward, [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(terminated, [True, False, False])
+    np.testing.assert_array_equal(truncated, [False, True, False])
+
+
 def test_an_unknown_atari_id_names_the_key() -> None:
     pytest.importorskip("ale_py.vector_env")
     with pytest.raises(ValueError, match=r"env.id 'ALE/Pongg-v5'.*no game 'pongg'.*'pong'"):

@@ -348,7 +348,18 @@ class AleEnvs(_SendRecv):
         self.env.send(actions)
 
     def recv(self) -> StepResult:
-        obs, reward, terminated, truncated, _ = self.env.recv()
+        obs, reward, terminated, truncated, info = self.env.recv()
+        ids = info.get("env_id")
+        if ids is not None and not np.array_equal(ids, np.arange(self.num_envs)):
+            # ale-py returns the envs in order when all are sent at once (measured), but its
+            # results carry their env ids; never pair one env's step with another's column.
+            order = np.argsort(ids)
+            obs, reward, terminated, truncated = (
+                obs[order],
+                reward[order],
+                terminated[order],
+                truncated[order],
+            )
         return _channels_last(obs), reward, terminated, truncated
 
     def close_extras(self, **kwargs: Any) -> None:
