@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from tiny_agent import TinyAgent
 
+import rlpar
 from rlpar.config import ConfigError, EnvConfig, RuntimeConfig
 from rlpar.runtime import Runner
 from rlpar.runtime.env_modes import SplitEnvs, ale_game
@@ -227,6 +228,34 @@ def test_ale_envs_are_channels_last_and_split_halves_step_the_same() -> None:
     finally:
         whole.close()
         split.close()
+
+
+def test_ale_reset_takes_an_int_seed_as_gymnasium_does() -> None:
+    """An int seed s seeds env i with s + i (the final evaluation resets with one int)."""
+    pytest.importorskip("ale_py.vector_env")
+    a = make_actor_envs(EnvConfig("ALE/Pong-v5", vectorization="ale"), 2)
+    b = make_actor_envs(EnvConfig("ALE/Pong-v5", vectorization="ale"), 2)
+    try:
+        np.testing.assert_array_equal(a.reset(seed=7)[0], b.reset(seed=[7, 8])[0])
+        for _ in range(40):
+            act = np.array([2, 3])
+            np.testing.assert_array_equal(a.step(act)[0], b.step(act)[0])
+    finally:
+        a.close()
+        b.close()
+
+
+def test_ale_evaluation_plays_whole_episodes() -> None:
+    pytest.importorskip("ale_py.vector_env")
+    agent = rlpar.make_agent("impala", {"net": {"conv": [[8, 8, 4]], "conv_hidden": 16}})
+    env = EnvConfig("ALE/Pong-v5", vectorization="ale", kwargs={"max_num_frames_per_episode": 400})
+    probe = make_actor_envs(env, 1)
+    spaces = (probe.single_observation_space, probe.single_action_space)
+    probe.close()
+    net = rlpar.Net(agent.net_spec(*spaces))
+    agent.init_state(net, net.init_params(seed=0))
+    result = rlpar.evaluate_policy(agent, net, net.init_params(seed=0), env, episodes=2, seed=3)
+    assert result is not None and result.episodes == 2 and np.isfinite(result.mean_return)
 
 
 def test_ale_results_are_put_back_in_env_order() -> None:

@@ -339,8 +339,14 @@ class AleEnvs(_SendRecv):
         self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
 
     def reset(self, *, seed: Any = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
-        # ale-py takes C ints: fold rlpar's 32-bit unsigned seeds into their range
-        seeds = np.asarray(seed, np.int64) % (1 << 31) if seed is not None else None
+        # ale-py takes an int array, one C int per env: an int seed s seeds env i with s + i
+        # (gymnasium's convention); rlpar's 32-bit unsigned seeds are folded into C int range.
+        seeds: np.ndarray | None = None
+        if seed is not None:
+            each = np.asarray(seed, np.int64)
+            if each.ndim == 0:
+                each = each + np.arange(self.num_envs)
+            seeds = each % (1 << 31)
         obs, _ = self.env.reset(seed=seeds)
         return _channels_last(obs), {}
 
