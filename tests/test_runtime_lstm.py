@@ -206,6 +206,8 @@ def test_fused_unroll_checks_the_state_arrays() -> None:
     with pytest.raises(ValueError, match=r"LSTM core: fused_unroll needs state float32 \[K, 16\]"):
         rlpar._native.fused_unroll(*args)
     state, starts = actor.core.state, actor.core.starts
+    env_before = actor.envs.native.get_state(0)[0].copy()
+    state_before = state.copy()
     with pytest.raises(ValueError, match=r"state must have shape \(3, 16\)"):
         rlpar._native.fused_unroll(
             *args, state=state[:, :8].copy(), starts=starts, core_state=r.core_state
@@ -214,14 +216,26 @@ def test_fused_unroll_checks_the_state_arrays() -> None:
         rlpar._native.fused_unroll(
             *args, state=state, starts=starts.astype(np.uint8), core_state=r.core_state
         )
-    with pytest.raises(ValueError, match="different arrays"):
+    with pytest.raises(ValueError, match="must not share memory"):
         rlpar._native.fused_unroll(*args, state=state, starts=starts, core_state=state)
-    ff = make_actor("rlpar/CartPole-v1", lstm=0)
-    with pytest.raises(ValueError, match="this net is feed-forward"):
+    both = np.zeros(state.size + 16, np.float32)  # overlapping, not identical, views
+    with pytest.raises(ValueError, match="must not share memory"):
         rlpar._native.fused_unroll(
-            ff.envs.native, ff.net, ff.params, ff.sampler, *arrays, ff.ep_return, ff.ep_length,
-            state=state, starts=starts,
-        )  # fmt: skip
+            *args,
+            state=both[: state.size].reshape(state.shape),
+            starts=starts,
+            core_state=both[16:].reshape(state.shape),
+        )
+    # a refused call moves no env and leaves the carried state alone
+    np.testing.assert_array_equal(actor.envs.native.get_state(0)[0], env_before)
+    np.testing.assert_array_equal(state, state_before)
+    ff = make_actor("rlpar/CartPole-v1", lstm=0)
+    ff_args = (ff.envs.native, ff.net, ff.params, ff.sampler, *arrays, ff.ep_return,
+               ff.ep_length)  # fmt: skip
+    with pytest.raises(ValueError, match="this net is feed-forward"):
+        rlpar._native.fused_unroll(*ff_args, state=state, starts=starts)
+    with pytest.raises(ValueError, match="this net is feed-forward"):
+        rlpar._native.fused_unroll(*ff_args, core_state=r.core_state)
 
 
 def test_fused_native_training_with_an_lstm_is_deterministic() -> None:

@@ -184,11 +184,13 @@ py::tuple do_unroll(VecEnv& envs, const std::shared_ptr<Net>& net, py::handle pa
     a.state = output_array<float>(state, "state", {k, s});
     a.starts = output_array<bool>(starts, "starts", {k});
     a.core_state = output_array<float>(core_state, "core_state", {k, s});
-    if (a.core_state == a.state) {
-      throw py::value_error("core_state and state must be different arrays");
+    // core_state is written from state at the start: the two must not share memory.
+    if (a.core_state < a.state + k * s && a.state < a.core_state + k * s) {
+      throw py::value_error("core_state and state must not share memory");
     }
-  } else if (!state.is_none() || !starts.is_none()) {
-    throw py::value_error("state and starts are for a recurrent net; this net is feed-forward");
+  } else if (!state.is_none() || !starts.is_none() || !core_state.is_none()) {
+    throw py::value_error(
+        "state, starts and core_state are for a recurrent net; this net is feed-forward");
   }
   UnrollParams p = unroll_params(*net, params);
   std::vector<rlpar::EpisodeEnd> ends;

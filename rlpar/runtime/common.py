@@ -15,6 +15,7 @@ import numpy as np
 if TYPE_CHECKING:
     from rlpar.data import Rollout
     from rlpar.nn import Net
+    from rlpar.runtime.recurrent import CoreState
     from rlpar.snapshot import Snapshot
 
 __all__ = [
@@ -139,7 +140,7 @@ class FusedEnvs(Protocol):
         rollout: Rollout,
         ep_return: np.ndarray,
         ep_length: np.ndarray,
-        core: Any = None,
+        core: CoreState | None = None,
     ) -> tuple[int, list[tuple[float, int]]]:
         """Fill ``rollout``; returns (the snapshot's version, the episodes that ended).
         ``core``: a recurrent net's `rlpar.runtime.recurrent.CoreState` (carried, updated)."""
