@@ -144,6 +144,24 @@ class NativeVectorEnv(VectorEnv):
         obs, rewards, terminated, truncated = self.native.step(actions)
         return obs, rewards, terminated, truncated, {}
 
+    def save_state(self) -> dict[str, np.ndarray]:
+        """Every env's state, new arrays (what a checkpoint keeps to resume the episodes in
+        progress): ``game`` float64 [K, state_size], ``rng`` uint64 [K, 4] (each env's
+        generator), ``elapsed`` int64 [K] (steps since its reset), ``needs_reset`` bool [K]."""
+        return self.native.save_state()
+
+    def load_state(self, state: dict[str, np.ndarray]) -> np.ndarray:
+        """Put every env back in what `save_state` returned; return the observation each env
+        returned last (obs [K, *obs_shape]). Every array and env is checked first (KeyError,
+        TypeError or ValueError naming it); a refused state changes nothing."""
+        if not isinstance(state, dict):
+            raise TypeError(
+                f"state must be the dict save_state returned, got {type(state).__name__}"
+            )
+        self.native.load_state(state)
+        self._seeded = True
+        return self.native.observe()
+
     def check_fused(self, net: Any) -> None:
         """Raise ValueError (saying why) unless `fused_unroll` can run ``net`` on these envs:
         the net needs exactly one Categorical head with one logit per action, and inputs of

@@ -121,6 +121,10 @@ class VecEnv:
         """
         (state float64 [state_size], steps since the reset) of env `index`.
         """
+    def load_state(self, state: dict) -> None:
+        """
+        Put every env back in what save_state returned. Checks every array and env first (KeyError/TypeError/ValueError naming it); a refused state changes nothing.
+        """
     def needs_reset(self, index: typing.SupportsInt | typing.SupportsIndex) -> bool:
         """
         True when the env's next step is its reset step.
@@ -132,6 +136,10 @@ class VecEnv:
     def reset(self, seeds: typing.Any = None) -> numpy.ndarray:
         """
         Reset every env; seeds: uint64 [K] reseeds env i with seeds[i] first (None: each env continues its stream). Returns obs [K, *obs_shape].
+        """
+    def save_state(self) -> dict:
+        """
+        The whole batch's state (for checkpoints), new arrays: {'game': float64 [K, state_size], 'rng': uint64 [K, 4], 'elapsed': int64 [K], 'needs_reset': bool [K]}.
         """
     def set_state(self, index: typing.SupportsInt | typing.SupportsIndex, state: typing.Any, elapsed: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """

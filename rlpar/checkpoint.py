@@ -25,7 +25,8 @@ File layout (little-endian)::
     data_len  uint64    bytes of array data
     sha256    32 bytes  of the 28 header bytes above, then the metadata, then the array data
     metadata  meta_len bytes of UTF-8 JSON (counters, rng states, config, signature, ...)
-    arrays    data_len bytes: one .npy record per name in metadata["arrays"], in that order
+    arrays    data_len bytes: one .npy record per name in metadata["arrays"], in that order:
+              "params", "optimizer/<name>" (optimizer buffers), "state/<name>" (`Checkpoint.arrays`)
 
 The lengths catch truncation and the checksum catches any damaged byte, so a bad file fails loudly
 instead of resuming from wrong numbers. Arrays are .npy records read with ``allow_pickle=False``
@@ -103,6 +104,10 @@ class Checkpoint:
     """``(name, shape)`` of every parameter, from `net_signature`."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free JSON metadata."""
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    """Named arrays of the run's state besides parameters and optimizer, e.g. an actor's
+    episodes in progress (``actors/0/core/state`` float32 [K, state_size]); bool, integer or
+    float dtypes only (saved as .npy records, like the rest)."""
 
 
 def net_signature(net: Net) -> Signature:
@@ -251,6 +256,14 @@ def _encode(ckpt: Checkpoint) -> bytes:
             arrays[f"optimizer/{name}"] = value
         else:
             scalars[name] = value.item() if isinstance(value, np.generic) else value
+    for name, value in ckpt.arrays.items():
+        if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+            what = value.dtype if isinstance(value, np.ndarray) else type(value).__name__
+            raise TypeError(
+                f"checkpoint array '{name}' must be a numpy array of bool, integer or float "
+                f"dtype, got {what}"
+            )
+        arrays[f"state/{name}"] = value
     meta: dict[str, Any] = {
         "arrays": list(arrays),
         "optimizer_scalars": scalars,
@@ -328,9 +341,15 @@ def _decode(meta: dict[str, Any], array_bytes: bytes) -> Checkpoint:
     params[:] = loaded
     signature = _normalise(meta["net_signature"])
     _check_size(params, signature)
-    optimizer: dict[str, np.ndarray | int | float] = {
-        name.removeprefix("optimizer/"): array for name, array in arrays.items()
-    }
+    optimizer: dict[str, np.ndarray | int | float] = {}
+    state: dict[str, np.ndarray] = {}
+    for name, array in arrays.items():
+        if name.startswith("optimizer/"):
+            optimizer[name.removeprefix("optimizer/")] = array
+        elif name.startswith("state/"):
+            state[name.removeprefix("state/")] = array
+        else:
+            raise ValueError(f"unknown array '{name}' (expected optimizer/... or state/...)")
     optimizer.update(meta["optimizer_scalars"])
     return Checkpoint(
         params=params,
@@ -340,6 +359,7 @@ def _decode(meta: dict[str, Any], array_bytes: bytes) -> Checkpoint:
         config=meta["config"],
         net_signature=signature,
         extra=meta["extra"],
+        arrays=state,
     )
 
 

@@ -82,6 +82,56 @@ py::array_t<double> checked_state(const VecEnv& envs, py::handle obj) {
   return py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(a);
 }
 
+py::dict save_state(const VecEnv& envs) {
+  const auto k = static_cast<py::ssize_t>(envs.num_envs());
+  py::array_t<double> game({k, static_cast<py::ssize_t>(envs.spec().state_size)});
+  py::array_t<uint64_t> rng({k, static_cast<py::ssize_t>(4)});
+  py::array_t<int64_t> elapsed(k);
+  py::array_t<bool> needs_reset(k);
+  envs.save_state(game.mutable_data(), rng.mutable_data(), elapsed.mutable_data(),
+                  needs_reset.mutable_data());
+  py::dict out;
+  out["game"] = game;
+  out["rng"] = rng;
+  out["elapsed"] = elapsed;
+  out["needs_reset"] = needs_reset;
+  return out;
+}
+
+// One array of `state` (a save_state dict): exactly this dtype and shape, C-contiguous copy.
+template <class T>
+py::array_t<T, py::array::c_style> state_part(py::dict state, const char* key,
+                                              std::vector<py::ssize_t> shape) {
+  if (!state.contains(key)) {
+    throw py::key_error(std::string("env state has no '") + key +
+                        "' (expected the keys of VecEnv.save_state: game, rng, elapsed, "
+                        "needs_reset)");
+  }
+  py::array a = as_array(state[key], key, true);
+  if (!same_dtype<T>(a)) {
+    throw py::type_error(std::string("env state '") + key + "' must be " + dtype_name<T>() +
+                         ", got " + dtype_str(a));
+  }
+  if (!has_dims(a, shape)) {
+    throw py::value_error(std::string("env state '") + key + "' must have shape " +
+                          dims_str(shape) + ", got " + shape_str(a));
+  }
+  return py::array_t<T, py::array::c_style>::ensure(a);
+}
+
+void load_state(VecEnv& envs, py::dict state) {
+  const auto k = static_cast<py::ssize_t>(envs.num_envs());
+  auto game = state_part<double>(state, "game", {k, static_cast<py::ssize_t>(envs.spec().state_size)});
+  auto rng = state_part<uint64_t>(state, "rng", {k, 4});
+  auto elapsed = state_part<int64_t>(state, "elapsed", {k});
+  auto needs_reset = state_part<bool>(state, "needs_reset", {k});
+  try {
+    envs.load_state(game.data(), rng.data(), elapsed.data(), needs_reset.data());
+  } catch (const std::invalid_argument& e) {
+    throw py::value_error(envs.spec().name + " state: " + e.what());
+  }
+}
+
 double step_flops(const VecEnv& envs) {
   return envs.spec().flops_per_step * static_cast<double>(envs.num_envs());
 }
@@ -286,7 +336,13 @@ void bind_envs(py::module_& m) {
            },
            py::arg("index"), py::arg("state"), py::arg("elapsed") = 0,
            "Put env `index` in `state` with `elapsed` steps since its reset; its next step is a "
-           "normal step.");
+           "normal step.")
+      .def("save_state", &save_state,
+           "The whole batch's state (for checkpoints), new arrays: {'game': float64 [K, "
+           "state_size], 'rng': uint64 [K, 4], 'elapsed': int64 [K], 'needs_reset': bool [K]}.")
+      .def("load_state", &load_state, py::arg("state"),
+           "Put every env back in what save_state returned. Checks every array and env first "
+           "(KeyError/TypeError/ValueError naming it); a refused state changes nothing.");
 
   py::class_<CategoricalSampler>(
       m, "CategoricalSampler",

@@ -16,6 +16,7 @@
 
 #include "rlpar/envs.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -107,7 +108,7 @@ struct CartPole {
     s[2] = theta;
     s[3] = theta_dot;
   }
-  void set(const double* s) {
+  void set(const double* s, bool /*terminal*/ = false) {
     if (!all_finite(s, kStateSize)) throw std::invalid_argument("CartPole state must be finite");
     x = s[0];
     x_dot = s[1];
@@ -224,7 +225,7 @@ struct Acrobot {
   }
 
   void get(double* out) const { std::memcpy(out, s, sizeof(s)); }
-  void set(const double* in) {
+  void set(const double* in, bool /*terminal*/ = false) {
     if (!all_finite(in, kStateSize)) throw std::invalid_argument("Acrobot state must be finite");
     std::memcpy(s, in, sizeof(s));
   }
@@ -278,7 +279,8 @@ struct Catch {
     s[1] = ball_col;
     s[2] = paddle_col;
   }
-  void set(const double* s) {
+  // `terminal`: the state an episode ended in (the ball in the bottom row) is allowed.
+  void set(const double* s, bool terminal = false) {
     auto cell = [&](double v, int hi, const char* what) {
       if (!(v >= 0 && v <= hi && v == std::floor(v))) {
         std::ostringstream o;
@@ -287,8 +289,9 @@ struct Catch {
       }
       return static_cast<int>(v);
     };
-    // Row kRows - 1 is where episodes end: a state there has no next step.
-    const int r = cell(s[0], kRows - 2, "ball_row");
+    // Row kRows - 1 is where episodes end: a state there has no next step (only a terminal
+    // state, whose next step is the reset step, may hold it).
+    const int r = cell(s[0], terminal ? kRows - 1 : kRows - 2, "ball_row");
     const int c = cell(s[1], kCols - 1, "ball_col");
     const int p = cell(s[2], kCols - 1, "paddle_col");
     ball_row = r;
@@ -379,6 +382,10 @@ class VecEnv::Impl {
   virtual bool needs_reset(int64_t i) const = 0;
   virtual void get_state(int64_t i, double* state, int64_t* elapsed) const = 0;
   virtual void set_state(int64_t i, const double* state, int64_t elapsed) = 0;
+  virtual void save_state(double* game, std::uint64_t* rng, int64_t* elapsed,
+                          bool* needs_reset) const = 0;
+  virtual void load_state(const double* game, const std::uint64_t* rng, const int64_t* elapsed,
+                          const bool* needs_reset) = 0;
 };
 
 namespace {
@@ -451,6 +458,50 @@ class GameEnvs final : public VecEnv::Impl {
     s.game = g;
     s.elapsed = elapsed;
     s.needs_reset = false;
+  }
+
+  void save_state(double* game, std::uint64_t* rng, int64_t* elapsed,
+                  bool* needs_reset) const override {
+    const int64_t n = Game::kStateSize;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const Slot& s = slots_[i];
+      s.game.get(game + i * n);
+      const Rng::State& r = s.rng.state();
+      std::copy(r.begin(), r.end(), rng + 4 * i);
+      elapsed[i] = s.elapsed;
+      needs_reset[i] = s.needs_reset;
+    }
+  }
+
+  void load_state(const double* game, const std::uint64_t* rng, const int64_t* elapsed,
+                  const bool* needs_reset) override {
+    const int64_t n = Game::kStateSize;
+    std::vector<Slot> next(slots_.size());
+    for (size_t i = 0; i < slots_.size(); ++i) {  // everything checked before anything changes
+      Slot& s = next[i];
+      auto fail = [&](const std::string& what) {
+        throw std::invalid_argument("env " + std::to_string(i) + ": " + what);
+      };
+      try {
+        s.game.set(game + i * n, needs_reset[i]);
+      } catch (const std::invalid_argument& e) {
+        fail(e.what());
+      }
+      Rng::State r;
+      std::copy(rng + 4 * i, rng + 4 * i + 4, r.begin());
+      if (r[0] == 0 && r[1] == 0 && r[2] == 0 && r[3] == 0) {
+        fail("an all-zero generator state never changes: not a valid state");
+      }
+      s.rng.set_state(r);
+      if (elapsed[i] < 0) fail("elapsed steps must be >= 0, got " + std::to_string(elapsed[i]));
+      if (max_steps_ > 0 && !needs_reset[i] && elapsed[i] >= max_steps_) {
+        fail("elapsed steps " + std::to_string(elapsed[i]) + " reach the time limit " +
+             std::to_string(max_steps_) + ", so the env must be waiting for its reset step");
+      }
+      s.elapsed = elapsed[i];
+      s.needs_reset = needs_reset[i];
+    }
+    slots_.swap(next);
   }
 
  private:
@@ -539,6 +590,18 @@ void VecEnv::set_state(int64_t i, const double* state, int64_t elapsed) {
   }
   VecEnvGuard guard(*this);
   impl_->set_state(i, state, elapsed);
+}
+
+void VecEnv::save_state(double* game, std::uint64_t* rng, int64_t* elapsed,
+                        bool* needs_reset) const {
+  VecEnvGuard guard(*this);
+  impl_->save_state(game, rng, elapsed, needs_reset);
+}
+
+void VecEnv::load_state(const double* game, const std::uint64_t* rng, const int64_t* elapsed,
+                        const bool* needs_reset) {
+  VecEnvGuard guard(*this);
+  impl_->load_state(game, rng, elapsed, needs_reset);
 }
 
 }  // namespace rlpar

@@ -153,6 +153,60 @@ void test_constructor_and_state_errors() {
   CHECK_THROWS(std::invalid_argument, cp.set_state(0, nan_state, 0));
 }
 
+// save_state / load_state: a loaded batch continues bit for bit (resets included, from each
+// env's own generator), and a state refused for one env leaves every env as it was.
+void test_save_and_load_state() {
+  for (const char* name : {"CartPole-v1", "Acrobot-v1", "Catch-v0"}) {
+    VecEnv a(name, 4), b(name, 4);
+    const std::vector<std::uint64_t> seeds = {7, 8, 9, 10};
+    a.reset(seeds.data(), nullptr);
+    const int64_t n = a.spec().state_size;
+    std::vector<double> game(4 * n);
+    std::vector<std::uint64_t> rng(16);
+    std::vector<int64_t> elapsed(4);
+    bool needs_reset[4] = {};
+    bool ended = false;
+    for (int t = 0; t < 2000 && !ended; ++t) {
+      step(a, {1, 0, 1, t % 2});
+      a.save_state(game.data(), rng.data(), elapsed.data(), needs_reset);
+      ended = std::any_of(needs_reset, needs_reset + 4, [](bool x) { return x; });
+    }
+    CHECK(ended);
+    b.load_state(game.data(), rng.data(), elapsed.data(), needs_reset);
+    for (int t = 0; t < 300; ++t) {
+      const std::vector<int64_t> actions = {t % 2, 1, (t / 3) % 2, 0};
+      Step x = step(a, actions), y = step(b, actions);
+      CHECK(x.obs == y.obs && x.rewards == y.rewards && x.terminated == y.terminated &&
+            x.truncated == y.truncated);
+    }
+    // Refusals: a NaN (or off-board) game state, an all-zero generator, a negative count.
+    std::vector<double> game_b(4 * n);
+    std::vector<std::uint64_t> rng_b(16);
+    std::vector<int64_t> elapsed_b(4);
+    bool reset_b[4] = {};
+    b.save_state(game_b.data(), rng_b.data(), elapsed_b.data(), reset_b);
+    std::vector<double> bad_game = game_b;
+    bad_game[2 * n] = NAN;
+    CHECK_THROWS(std::invalid_argument,
+                 b.load_state(bad_game.data(), rng_b.data(), elapsed_b.data(), reset_b));
+    std::vector<std::uint64_t> zero_rng = rng_b;
+    std::fill(zero_rng.begin() + 4, zero_rng.begin() + 8, 0);
+    CHECK_THROWS(std::invalid_argument,
+                 b.load_state(game_b.data(), zero_rng.data(), elapsed_b.data(), reset_b));
+    std::vector<int64_t> negative = elapsed_b;
+    negative[3] = -1;
+    CHECK_THROWS(std::invalid_argument,
+                 b.load_state(game_b.data(), rng_b.data(), negative.data(), reset_b));
+    std::vector<double> game_c(4 * n);
+    std::vector<std::uint64_t> rng_c(16);
+    std::vector<int64_t> elapsed_c(4);
+    bool reset_c[4] = {};
+    b.save_state(game_c.data(), rng_c.data(), elapsed_c.data(), reset_c);
+    CHECK(game_c == game_b && rng_c == rng_b && elapsed_c == elapsed_b &&
+          std::equal(reset_b, reset_b + 4, reset_c));
+  }
+}
+
 void test_catch_rules() {
   VecEnv envs("Catch-v0", 1);
   const double start[3] = {0, 9, 5};  // ball in the right column, paddle in the middle
@@ -266,6 +320,7 @@ int main() {
   test_seeding();
   test_bad_actions_change_nothing();
   test_constructor_and_state_errors();
+  test_save_and_load_state();
   test_catch_rules();
   test_sampler();
   test_unroll_bookkeeping();

@@ -61,7 +61,11 @@ class Actor:
         num_buffers: int,
         seed: int,
         generation: int = 0,
+        keep_resume_state: bool = False,
     ) -> None:
+        """``keep_resume_state``: after every unroll, copy what lets a resumed run continue
+        this actor's episodes (`checkpoint_state`; the runner asks for it when it writes
+        checkpoints). Only envs that can save their state (`ResumableEnvs`) give any."""
         self.index = index
         self.envs = envs
         self.agent = agent
@@ -111,13 +115,75 @@ class Actor:
         # A recurrent net's state (None for a feed-forward net), carried on every path.
         self.core = CoreState(net, self.num_envs) if net.recurrent else None
         self.seq = 0
-        self._rng_state = self._read_rng_state()
+        self._resumable = callable(getattr(envs, "save_state", None)) and callable(
+            getattr(envs, "load_state", None)
+        )
+        self._keep_resume = keep_resume_state and self._resumable
+        self._saved = self._read_saved_state()
 
     def rng_state(self) -> dict:
         """The sampling generators' states as of the last finished unroll (what a checkpoint
         keeps). Copied by the actor thread itself: reading a generator that another thread is
         drawing from (the native sampler draws with the GIL released) would race."""
-        return self._rng_state
+        return self._saved[0]
+
+    def checkpoint_state(self) -> tuple[dict, dict[str, np.ndarray] | None]:
+        """(`rng_state`, the arrays that continue this actor's episodes), both copied by the
+        actor thread at the end of the same unroll (one reference: never a mix of two).
+
+        The arrays (None unless ``keep_resume_state`` and the envs are `ResumableEnvs`):
+        ``env/<name>`` (the envs' `save_state`), ``obs`` [K, *obs_shape] (the next step's
+        input), ``prev_done`` bool [K], ``ep_return`` float64 [K] and ``ep_length`` int64 [K]
+        (the episodes so far), and for a recurrent net ``core/state`` float32 [K, state_size]
+        and ``core/starts`` bool [K]."""
+        return self._saved
+
+    def load_resume_state(self, arrays: dict[str, np.ndarray]) -> None:
+        """Continue the episodes that `checkpoint_state`'s arrays describe: the envs, the
+        observations, the episode returns and lengths so far and the core state all come back.
+        Before the actor runs. ValueError (naming the array, nothing changed) if they do not fit
+        this actor: other envs, another K, a net with another core."""
+        if not self._resumable:
+            raise ValueError(
+                f"actor {self.index}: its envs ({type(self.envs).__name__}) cannot load a saved "
+                "state (they have no save_state/load_state)"
+            )
+        current = self._read_resume_state(envs_too=True)
+        assert current is not None
+        if set(arrays) != set(current):
+            raise ValueError(
+                f"actor {self.index}: saved state holds {sorted(arrays)}, this actor needs "
+                f"{sorted(current)}"
+            )
+        for name, mine in current.items():
+            saved = arrays[name]
+            if not isinstance(saved, np.ndarray) or saved.dtype != mine.dtype:
+                what = getattr(saved, "dtype", type(saved).__name__)
+                raise ValueError(
+                    f"actor {self.index}: saved '{name}' is {what}, needs {mine.dtype}"
+                )
+            if saved.shape != mine.shape:
+                raise ValueError(
+                    f"actor {self.index}: saved '{name}' has shape {saved.shape}, this actor's is "
+                    f"{mine.shape} (same env and runtime.envs_per_actor needed)"
+                )
+        env_state = {k.removeprefix("env/"): v for k, v in arrays.items() if k.startswith("env/")}
+        try:
+            obs = self.envs.load_state(env_state)  # type: ignore[attr-defined]
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"actor {self.index}: saved env state refused: {e}") from e
+        self.obs = arrays["obs"].copy()
+        if not np.array_equal(obs, self.obs):
+            log.warning(
+                "actor %d: the envs' restored observations differ from the saved ones", self.index
+            )
+        self.prev_done = arrays["prev_done"].copy()
+        self.ep_return = arrays["ep_return"].copy()
+        self.ep_length = arrays["ep_length"].copy()
+        if self.core is not None:
+            self.core.state[...] = arrays["core/state"]
+            self.core.starts[...] = arrays["core/starts"]
+        self._saved = self._read_saved_state()
 
     def set_rng_state(self, numpy_state: dict | None, sampler_state: list | None) -> None:
         """Restore what `rng_state` returned (None leaves that generator as it is)."""
@@ -125,11 +191,25 @@ class Actor:
             self.rng.bit_generator.state = numpy_state
         if sampler_state is not None and self.sampler is not None:
             self.sampler.state = tuple(sampler_state)
-        self._rng_state = self._read_rng_state()
+        self._saved = self._read_saved_state()
 
-    def _read_rng_state(self) -> dict:
+    def _read_saved_state(self) -> tuple[dict, dict[str, np.ndarray] | None]:
         sampler = list(self.sampler.state) if self.sampler is not None else None
-        return {"numpy": self.rng.bit_generator.state, "sampler": sampler}
+        rng = {"numpy": self.rng.bit_generator.state, "sampler": sampler}
+        return rng, self._read_resume_state(envs_too=self._keep_resume)
+
+    def _read_resume_state(self, envs_too: bool) -> dict[str, np.ndarray] | None:
+        if not envs_too:
+            return None
+        out = {f"env/{k}": v for k, v in self.envs.save_state().items()}  # type: ignore[attr-defined]
+        out["obs"] = np.array(self.obs)
+        out["prev_done"] = self.prev_done.copy()
+        out["ep_return"] = self.ep_return.copy()
+        out["ep_length"] = self.ep_length.copy()
+        if self.core is not None:
+            out["core/state"] = self.core.state.copy()
+            out["core/starts"] = self.core.starts.copy()
+        return out
 
     def run(
         self,
@@ -177,7 +257,7 @@ class Actor:
         self.seq += 1
         self.stats.rollouts += 1
         self.stats.env_steps += r.env_steps
-        self._rng_state = self._read_rng_state()
+        self._saved = self._read_saved_state()
 
     def _unroll_fused(self, r: Rollout, episodes: EpisodeSink) -> None:
         """The whole unroll in one native call (its time counts as env stepping)."""

@@ -25,6 +25,7 @@ __all__ = [
     "EpisodeLog",
     "EpisodeSink",
     "FusedEnvs",
+    "ResumableEnvs",
     "queue_get",
     "queue_put",
 ]
@@ -122,6 +123,29 @@ class ActorHandle(Protocol):
 
     def set_rng_state(self, numpy_state: dict | None, sampler_state: list | None) -> None:
         """Restore what `rng_state` returned (None leaves that generator as it is)."""
+
+    def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray] | None]:
+        """(`rng_state`, the arrays that let a resumed run continue this actor's episodes),
+        both as of the same finished unroll. The arrays are None where the envs cannot save
+        their state (see `ResumableEnvs`): a resumed run then starts new episodes."""
+
+    def load_resume_state(self, arrays: dict[str, np.ndarray]) -> None:
+        """Continue the episodes that `checkpoint_state`'s arrays describe (ValueError, with
+        nothing changed, if they do not fit this actor's envs)."""
+
+
+class ResumableEnvs(Protocol):
+    """Vector envs whose whole state can be saved as arrays and put back (rlpar's native envs;
+    any vector env can offer it). An actor over such envs checkpoints its episodes in progress
+    (env states, observations, returns so far, a recurrent core's state), and a resumed run
+    continues them instead of starting new ones."""
+
+    def save_state(self) -> dict[str, np.ndarray]:
+        """Every env's state as named numeric or bool arrays (new arrays)."""
+
+    def load_state(self, state: dict[str, np.ndarray]) -> np.ndarray:
+        """Put every env back in ``state``; return the observations [K, ...] they returned
+        last. Raise (changing nothing) if ``state`` does not fit."""
 
 
 @runtime_checkable

@@ -300,6 +300,18 @@ class RemoteActor:
         if numpy_state is not None:
             self.rng.bit_generator.state = numpy_state
 
+    def checkpoint_state(self) -> tuple[dict, dict[str, np.ndarray] | None]:
+        """(`rng_state`, None): a Ray actor's envs live in its process, so a resumed run
+        starts new episodes there."""
+        return self.rng_state(), None
+
+    def load_resume_state(self, arrays: dict[str, np.ndarray]) -> None:
+        """Refused (ValueError): the episodes of a Ray actor's envs are not carried over."""
+        raise ValueError(
+            f"actor {self.index}: a Ray actor's envs live in its process and start new episodes "
+            "on resume"
+        )
+
     def run(
         self,
         stop: threading.Event,

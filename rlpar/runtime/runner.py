@@ -229,6 +229,7 @@ class Runner:
                 num_buffers=cfg.buffers_per_actor,
                 seed=cfg.seed,
                 generation=self._generation,
+                keep_resume_state=self.checkpoint_dir is not None,
             )
             for i, envs in enumerate(self._envs)
         )
@@ -241,6 +242,17 @@ class Runner:
                 numpy_states[i] if i < len(numpy_states) else None,
                 samplers[i] if i < len(samplers) else None,
             )
+            # The episodes in progress, where the checkpoint has them (envs that save their
+            # state); a state that does not fit this run (other envs or K) is skipped, loudly.
+            prefix = f"actors/{i}/"
+            arrays = {
+                k.removeprefix(prefix): v for k, v in resumed.arrays.items() if k.startswith(prefix)
+            }
+            if arrays:
+                try:
+                    actor.load_resume_state(arrays)
+                except ValueError as e:
+                    log.warning("resume: %s; actor %d starts new episodes", e, i)
 
     def _build_learner(self) -> None:
         cfg = self.cfg
@@ -703,6 +715,8 @@ class Runner:
             self._last_checkpoint = time.perf_counter()
 
     def _snapshot_state(self) -> Checkpoint:
+        # Each actor's generators and episodes as of one of its finished unrolls (one read each).
+        saved = [a.checkpoint_state() for a in self.actors]
         return Checkpoint(
             params=self.state.params.copy(),
             optimizer=self.state.optimizer.state_dict(),
@@ -714,12 +728,17 @@ class Runner:
                 "generation": self._generation,
             },
             rng_states={
-                "actors": [a.rng_state()["numpy"] for a in self.actors],
-                "samplers": [a.rng_state()["sampler"] for a in self.actors],
+                "actors": [rng["numpy"] for rng, _ in saved],
+                "samplers": [rng["sampler"] for rng, _ in saved],
             },
             config=self.config,
             net_signature=net_signature(self.net),
             extra={"agent": dict(self.state.extra)},
+            arrays={
+                f"actors/{i}/{name}": array
+                for i, (_, arrays) in enumerate(saved)
+                for name, array in (arrays or {}).items()
+            },
         )
 
     def _save_checkpoint(self) -> Path | None:

@@ -113,6 +113,18 @@ class VecEnv {
   void get_state(int64_t i, double* state, int64_t* elapsed) const;
   void set_state(int64_t i, const double* state, int64_t elapsed);
 
+  // The whole batch's state, for checkpoints: what decides every env's future given its
+  // actions. Per env i: game[i * state_size ...] (as get_state), its generator's four words
+  // rng[4 * i ...], elapsed[i] (steps since the reset) and needs_reset[i] (its next step is the
+  // reset step; the game state is then the final one, which a Catch ball may hold in the bottom
+  // row). load_state checks every env first (finite and on-board game states, no all-zero
+  // generator, 0 <= elapsed, and elapsed < max_episode_steps unless needs_reset) and throws
+  // std::invalid_argument naming the env before any env changes. After load_state, `observe`
+  // and every later step are what they were after save_state.
+  void save_state(double* game, std::uint64_t* rng, int64_t* elapsed, bool* needs_reset) const;
+  void load_state(const double* game, const std::uint64_t* rng, const int64_t* elapsed,
+                  const bool* needs_reset);
+
   class Impl;  // one implementation per game (src/envs.cc)
 
  private:
