@@ -141,15 +141,14 @@ class Actor:
     def load_resume_state(self, arrays: dict[str, np.ndarray]) -> None:
         """Continue the episodes that `checkpoint_state`'s arrays describe: the envs, the
         observations, the episode returns and lengths so far and the core state all come back.
-        Before the actor runs. ValueError (naming the array, nothing changed) if they do not fit
-        this actor: other envs, another K, a net with another core."""
+        Call it before the actor runs. ValueError (naming the array, nothing changed) if they
+        do not fit this actor: other envs, another K, a net with another core."""
         if not self._resumable:
             raise ValueError(
                 f"actor {self.index}: its envs ({type(self.envs).__name__}) cannot load a saved "
                 "state (they have no save_state/load_state)"
             )
-        current = self._read_resume_state(envs_too=True)
-        assert current is not None
+        current = self._read_resume_state()
         if set(arrays) != set(current):
             raise ValueError(
                 f"actor {self.index}: saved state holds {sorted(arrays)}, this actor needs "
@@ -196,11 +195,10 @@ class Actor:
     def _read_saved_state(self) -> tuple[dict, dict[str, np.ndarray] | None]:
         sampler = list(self.sampler.state) if self.sampler is not None else None
         rng = {"numpy": self.rng.bit_generator.state, "sampler": sampler}
-        return rng, self._read_resume_state(envs_too=self._keep_resume)
+        return rng, self._read_resume_state() if self._keep_resume else None
 
-    def _read_resume_state(self, envs_too: bool) -> dict[str, np.ndarray] | None:
-        if not envs_too:
-            return None
+    def _read_resume_state(self) -> dict[str, np.ndarray]:
+        """New copies of everything `checkpoint_state`'s arrays hold (resumable envs only)."""
         out = {f"env/{k}": v for k, v in self.envs.save_state().items()}  # type: ignore[attr-defined]
         out["obs"] = np.array(self.obs)
         out["prev_done"] = self.prev_done.copy()
