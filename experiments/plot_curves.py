@@ -3,7 +3,8 @@
 
     pip install matplotlib          # or: pip install ".[experiments]"
     python experiments/plot_curves.py runs/results/minatar_breakout_suite \\
-        runs/results/minatar_asterix_suite --tag eval/return_mean --out curves.png
+        runs/results/minatar_asterix_suite --tag eval/return_mean --out curves.png \\
+        --ref 17.5 19 --ref-label "paper AC(λ) at 5M"
 
 Each argument is a folder of runs of one config (`<logdir>/<name>/`, one `<timestamp>/` per
 seed, as `rlpar train` and `run_results.py` lay them out). The seeds' curves are interpolated
@@ -44,12 +45,29 @@ def seed_band(
     return grid, ys.mean(axis=0), ys.min(axis=0), ys.max(axis=0)
 
 
+def parse_refs(values: list[str] | None, n: int) -> list[float | None]:
+    """``--ref`` values, one per config (``none`` for no line); none given: no lines."""
+    if not values:
+        return [None] * n
+    if len(values) != n:
+        raise SystemExit(f"--ref takes one value per config ({n}), got {len(values)}")
+    try:
+        return [None if v.lower() == "none" else float(v) for v in values]
+    except ValueError:
+        raise SystemExit(f"--ref values must be numbers or 'none', got {values}") from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("configs", nargs="+", type=Path, help="folders <logdir>/<name>/")
     parser.add_argument("--tag", default="eval/return_mean", help="scalar tag to plot")
     parser.add_argument("--out", type=Path, default=Path("curves.png"))
+    parser.add_argument(
+        "--ref", nargs="+", metavar="Y", help="a reference return per config, drawn dashed"
+    )
+    parser.add_argument("--ref-label", default="reference", help="legend of the --ref lines")
     args = parser.parse_args()
+    refs = parse_refs(args.ref, len(args.configs))
     import matplotlib  # an experiments-only dependency
 
     matplotlib.use("Agg")
@@ -58,13 +76,15 @@ def main() -> None:
     fig, axes = plt.subplots(
         1, len(args.configs), figsize=(4 * len(args.configs), 3.2), squeeze=False
     )
-    for ax, folder in zip(axes[0], args.configs, strict=True):
+    for ax, folder, ref in zip(axes[0], args.configs, refs, strict=True):
         runs = sorted(p for p in folder.iterdir() if p.is_dir())
         if not runs:
             raise SystemExit(f"{folder}: no run directories")
         grid, mean, low, high = seed_band([read_curve(r, args.tag) for r in runs])
         ax.plot(grid, mean, label=f"mean of {len(runs)} seeds")
         ax.fill_between(grid, low, high, alpha=0.3, label="min–max")
+        if ref is not None:
+            ax.axhline(ref, color="gray", linestyle="--", label=args.ref_label)
         ax.set_title(folder.name)
         ax.set_xlabel("env steps")
         ax.set_ylabel(args.tag)

@@ -38,3 +38,12 @@ def test_curves_are_read_back_and_banded_over_the_common_steps(tmp_path) -> None
     np.testing.assert_allclose(high, [2, 5, 10, 15])
     with pytest.raises(ValueError, match="no scalar 'return/mean'"):
         plot_curves.read_curve(tmp_path / "a", "return/mean")
+
+
+def test_reference_lines_take_one_value_per_config() -> None:
+    assert plot_curves.parse_refs(None, 2) == [None, None]
+    assert plot_curves.parse_refs(["17.5", "none"], 2) == [17.5, None]
+    with pytest.raises(SystemExit, match="one value per config"):
+        plot_curves.parse_refs(["1"], 2)
+    with pytest.raises(SystemExit, match="numbers or 'none'"):
+        plot_curves.parse_refs(["x", "1"], 2)
