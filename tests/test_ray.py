@@ -411,6 +411,37 @@ def test_resume_continues_the_counters_on_ray(cluster, tmp_path) -> None:
     assert r2.episodes > r1.episodes
 
 
+def test_resume_continues_the_episodes_of_native_envs_on_ray(cluster, tmp_path, caplog) -> None:
+    """Native envs and an LSTM core in the actor processes: each reply carries the actor's
+    `checkpoint_state`, the checkpoint holds every actor's episodes, and the resumed processes
+    load them when their actor threads start (with another envs_per_actor they are skipped,
+    loudly, and new episodes start)."""
+    from rlpar.checkpoint import load_checkpoint
+
+    agent = {**IMPALA, "net": {"hidden": [16], "lstm": 8}}
+    env = EnvConfig("rlpar/CartPole-v1")
+    with deadline(150):
+        runtime = ray_runtime(cluster.address, envs_per_actor=4, total_env_steps=20_000)
+        first = Runner(rlpar.make_agent("impala", agent), env, runtime, checkpoint_dir=tmp_path)
+        first.run()
+        path = latest_checkpoint(tmp_path)
+        arrays = load_checkpoint(path).arrays
+        for i in range(2):
+            assert arrays[f"actors/{i}/core/state"].shape == (4, 16)
+            assert arrays[f"actors/{i}/env/game"].shape == (4, 4)
+        assert load_checkpoint(path).rng_states["samplers"][0] is not None
+        second = Runner(rlpar.make_agent("impala", agent), env, ray_runtime(cluster.address,
+                        envs_per_actor=4, total_env_steps=40_000), resume=path)  # fmt: skip
+        assert second.run().env_steps >= 40_000
+        assert [a.resumed for a in second.actors] == [True, True]  # type: ignore[attr-defined]
+        with caplog.at_level("WARNING", logger="rlpar"):
+            third = Runner(rlpar.make_agent("impala", agent), env, ray_runtime(cluster.address,
+                           envs_per_actor=5, total_env_steps=40_000), resume=path)  # fmt: skip
+            third.run()
+    assert [a.resumed for a in third.actors] == [False, False]  # type: ignore[attr-defined]
+    assert "saved 'env/game' has shape (4, 4), this actor's is (5, 4)" in caplog.text
+
+
 def test_a_bad_ray_address_is_a_clear_error(cluster) -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))

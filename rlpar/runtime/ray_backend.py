@@ -19,7 +19,10 @@ learner in this (the driver) process.
 
 The learner, the queue, policy lag, checkpoints and monitoring are the threads backend's,
 unchanged: a `RemoteActor` looks like an `Actor` to them (``index``, ``free``, ``stats``,
-``rng``, ``run``). Memory is bounded per actor: ``PROCESS_BUFFERS * buffers_per_actor``
+``rng``, ``run``, ``checkpoint_state``): with checkpoints on, each reply carries the actor's
+`Actor.checkpoint_state` (its generators and, on native envs, its episodes in progress), and a
+resumed run's processes load the checkpoint's when their actor threads first start. Memory is
+bounded per actor: ``PROCESS_BUFFERS * buffers_per_actor``
 rollouts in its process, ``buffers_per_actor`` replies in flight and as many rollouts at the
 driver.
 
@@ -138,9 +141,16 @@ class RayActors:
         return self.cfg.num_actors // self.cfg.ray_actor_threads
 
     def start(
-        self, agent: Agent, net: Net, store: SnapshotStore, generation: int
+        self,
+        agent: Agent,
+        net: Net,
+        store: SnapshotStore,
+        generation: int,
+        keep_resume_state: bool = False,
     ) -> list[RemoteActor]:
-        """Start the actor processes (their actor threads start with the first requests)."""
+        """Start the actor processes (their actor threads start with the first requests).
+        ``keep_resume_state``: their actors send what continues their episodes with each reply
+        (`Actor.checkpoint_state`; envs that can save their state only)."""
         ray, cfg = self.ray, self.cfg
         try:
             _check_cpus(ray, self.num_processes, cfg.ray_actor_threads)
@@ -156,7 +166,9 @@ class RayActors:
             threads = cfg.ray_actor_threads
             for p in range(self.num_processes):
                 indices = list(range(p * threads, (p + 1) * threads))
-                handle = remote.remote(agent, self.env_cfg, spec, cfg, indices, generation)
+                handle = remote.remote(
+                    agent, self.env_cfg, spec, cfg, indices, generation, keep_resume_state
+                )
                 self.handles.append(handle)
                 self.actors += [
                     RemoteActor(index, j, handle, params, cfg) for j, index in enumerate(indices)
@@ -290,27 +302,35 @@ class RemoteActor:
         self._sent_version = 0  # the newest parameters sent to the process (0: none yet)
         self._dead_pid = 0
         self._seen: tuple[int, float, float, float] = (0, 0.0, 0.0, 0.0)
+        # The process's `Actor.checkpoint_state` as of its last reply: (rng, arrays or None).
+        self._saved: tuple[dict, dict[str, np.ndarray] | None] = (self._rng_dict(None), None)
+        self._resume: dict[str, np.ndarray] | None = None  # sent until the first reply
+        self.resumed = False  # the process's actor continued the checkpoint's episodes
+
+    def _rng_dict(self, sampler: list | None) -> dict:
+        return {"numpy": self.rng.bit_generator.state, "sampler": sampler}
 
     def rng_state(self) -> dict:
-        """The sampler state the process reported last (the driver's copy, read under the GIL)."""
-        return {"numpy": self.rng.bit_generator.state, "sampler": None}
+        """The generators' states the process reported last (the driver's copy)."""
+        return self._saved[0]
 
     def set_rng_state(self, numpy_state: dict | None, sampler_state: list | None) -> None:
         """Restore the state the next (re)started process thread samples from."""
         if numpy_state is not None:
             self.rng.bit_generator.state = numpy_state
+        sampler = sampler_state if sampler_state is not None else self._saved[0]["sampler"]
+        self._saved = (self._rng_dict(sampler), self._saved[1])
 
     def checkpoint_state(self) -> tuple[dict, dict[str, np.ndarray] | None]:
-        """(`rng_state`, None): a Ray actor's envs live in its process, so a resumed run
-        starts new episodes there."""
-        return self.rng_state(), None
+        """What the process's actor reported with its last reply (one reference): its
+        generators and, when it keeps them, the arrays that continue its episodes."""
+        return self._saved
 
     def load_resume_state(self, arrays: dict[str, np.ndarray]) -> None:
-        """Refused (ValueError): the episodes of a Ray actor's envs are not carried over."""
-        raise ValueError(
-            f"actor {self.index}: a Ray actor's envs live in its process and start new episodes "
-            "on resume"
-        )
+        """Send ``arrays`` with the requests until the first reply: the process's actor
+        loads them when it starts (`Actor.load_resume_state`; one that does not fit is
+        skipped there, with a warning here). A process restarted later starts new episodes."""
+        self._resume = arrays
 
     def run(
         self,
@@ -367,7 +387,13 @@ class RemoteActor:
         else:
             ref = None  # the process has these already: a request without arguments is cheap
         return self.process.next_rollouts.remote(
-            self.thread, version, ref, self.rng.bit_generator.state, self.deaths
+            self.thread,
+            version,
+            ref,
+            self.rng.bit_generator.state,
+            self.deaths,
+            self._saved[0]["sampler"],
+            self._resume,
         )
 
     def _failed(self, sent_at: int, e: Exception) -> None:
@@ -397,6 +423,16 @@ class RemoteActor:
         if stop.is_set():  # the run has ended: its result counts nothing more
             return False
         self.rng.bit_generator.state = reply["rng_state"]
+        saved = reply.get("saved")
+        if saved is not None:
+            self._saved = (self._rng_dict(saved[0]["sampler"]), saved[1])
+        if self._resume is not None:
+            self._resume = None
+            self.resumed = bool(reply.get("resumed"))
+            if reply.get("resume_refused"):
+                log.warning(
+                    "resume: %s; actor %d starts new episodes", reply["resume_refused"], self.index
+                )
         self._count_times(reply)
         episodes.add_many(reply["episodes"])
         arrays = {name: _canonical(a) for name, a in reply["arrays"].items()}
@@ -591,12 +627,15 @@ class ActorProcess:
         cfg: RuntimeConfig,
         indices: list[int],
         generation: int,
+        keep_resume_state: bool = False,
     ) -> None:
         if env_cfg.id not in gym.registry:
             run_setup(env_cfg.setup)
         if env_cfg.id not in gym.registry:  # registered at run time in the driver
             gym.registry[env_cfg.id] = env_spec
         self.agent, self.cfg, self.indices, self.generation = agent, cfg, indices, generation
+        self.keep_resume_state = keep_resume_state
+        self.resumed: dict[int, bool | str] = {}  # thread -> loaded, or why it was refused
         self.envs = [make_actor_envs(env_cfg, cfg.envs_per_actor) for _ in indices]
         first = self.envs[0]
         self.net = Net(agent.net_spec(first.single_observation_space, first.single_action_space))
@@ -622,12 +661,17 @@ class ActorProcess:
         params: np.ndarray | None,
         rng_state: dict,
         restarts: int,
+        sampler_state: list | None = None,
+        resume: dict[str, np.ndarray] | None = None,
     ) -> dict[str, Any]:
         """Publish ``params`` (version ``version``) if newer; start actor thread ``thread`` on
         its first request; wait for its next rollout and hand over every one it has finished:
         ``arrays`` (the Rollout arrays stacked, [n, ...]), ``versions`` and ``seqs`` ([n]),
         ``rng_state``, the process's new ``episodes``, ``pid`` and the thread's stage
-        ``times``. ``{"need_params": True}`` when the process has no parameters yet."""
+        ``times``; with ``keep_resume_state``, ``saved`` (`Actor.checkpoint_state`). A thread's
+        first start restores ``sampler_state`` and loads ``resume`` (the episodes of a
+        checkpoint): its first replies say ``resumed`` (or why not, ``resume_refused``).
+        ``{"need_params": True}`` when the process has no parameters yet."""
         with self.lock:
             if params is not None and version > self.version:
                 self.store.publish(_canonical(params), version=version)
@@ -635,7 +679,7 @@ class ActorProcess:
             if thread not in self.actors:
                 if self.version == 0:
                     return {"need_params": True}
-                self._start(thread, rng_state, restarts)
+                self._start(thread, rng_state, restarts, sampler_state, resume)
         actor, q = self.actors[thread], self.queues[thread]
         rollouts = [self._first(thread, q)]
         while True:
@@ -651,8 +695,13 @@ class ActorProcess:
         for r in rollouts:
             actor.free.put(r)
         s = actor.stats
+        saved = actor.checkpoint_state()  # the generators and episodes of one finished unroll
+        resumed = self.resumed.get(thread, False)
         reply |= {
-            "rng_state": actor.rng.bit_generator.state,
+            "rng_state": saved[0]["numpy"],
+            "saved": saved if self.keep_resume_state else None,
+            "resumed": resumed is True,
+            "resume_refused": resumed if isinstance(resumed, str) else None,
             "episodes": self.episodes.drain(),
             "pid": os.getpid(),
             "times": (s.env_s, s.inference_s, s.queue_wait_s),
@@ -668,7 +717,14 @@ class ActorProcess:
             except queue.Empty:
                 continue
 
-    def _start(self, thread: int, rng_state: dict, restarts: int) -> None:
+    def _start(
+        self,
+        thread: int,
+        rng_state: dict,
+        restarts: int,
+        sampler_state: list | None,
+        resume: dict[str, np.ndarray] | None,
+    ) -> None:
         cfg, index = self.cfg, self.indices[thread]
         # A restarted process must not replay the episodes of the first: new env seeds.
         generation = self.generation + (restarts << 32)
@@ -682,8 +738,15 @@ class ActorProcess:
             num_buffers=PROCESS_BUFFERS * cfg.buffers_per_actor,
             seed=cfg.seed,
             generation=generation,
+            keep_resume_state=self.keep_resume_state,
         )
-        actor.rng.bit_generator.state = rng_state
+        actor.set_rng_state(rng_state, sampler_state)
+        if resume is not None and restarts == 0:  # a restarted process starts new episodes
+            try:
+                actor.load_resume_state(resume)
+                self.resumed[thread] = True
+            except ValueError as e:
+                self.resumed[thread] = str(e)
         self.actors[thread] = actor
         self.queues[thread] = queue.Queue()
 

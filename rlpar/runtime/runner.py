@@ -216,7 +216,15 @@ class Runner:
         self.store.publish(self.state.params, version=self.state.steps + 1)
         self.actors: list[ActorHandle] = []
         if self.ray is not None:
-            self.actors.extend(self.ray.start(agent, self.net, self.store, self._generation))
+            self.actors.extend(
+                self.ray.start(
+                    agent,
+                    self.net,
+                    self.store,
+                    self._generation,
+                    keep_resume_state=self.checkpoint_dir is not None,
+                )
+            )
             return
         self.actors.extend(
             Actor(
