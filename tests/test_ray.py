@@ -439,6 +439,8 @@ def test_resume_continues_the_episodes_of_native_envs_on_ray(cluster, tmp_path, 
                            envs_per_actor=5, total_env_steps=40_000), resume=path)  # fmt: skip
             third.run()
     assert [a.resumed for a in third.actors] == [False, False]  # type: ignore[attr-defined]
+    # Without checkpoints too, the driver's copy of the generators follows the replies.
+    assert all(a.rng_state()["sampler"] is not None for a in third.actors)
     assert "saved 'env/game' has shape (4, 4), this actor's is (5, 4)" in caplog.text
 
 

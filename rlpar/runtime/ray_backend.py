@@ -422,10 +422,8 @@ class RemoteActor:
     ) -> bool:
         if stop.is_set():  # the run has ended: its result counts nothing more
             return False
-        self.rng.bit_generator.state = reply["rng_state"]
-        saved = reply.get("saved")
-        if saved is not None:
-            self._saved = (self._rng_dict(saved[0]["sampler"]), saved[1])
+        self._saved = reply["saved"]  # the process actor's generators (and episodes), one unroll
+        self.rng.bit_generator.state = self._saved[0]["numpy"]
         if self._resume is not None:
             self._resume = None
             self.resumed = bool(reply.get("resumed"))
@@ -667,8 +665,9 @@ class ActorProcess:
         """Publish ``params`` (version ``version``) if newer; start actor thread ``thread`` on
         its first request; wait for its next rollout and hand over every one it has finished:
         ``arrays`` (the Rollout arrays stacked, [n, ...]), ``versions`` and ``seqs`` ([n]),
-        ``rng_state``, the process's new ``episodes``, ``pid`` and the thread's stage
-        ``times``; with ``keep_resume_state``, ``saved`` (`Actor.checkpoint_state`). A thread's
+        ``saved`` (`Actor.checkpoint_state`: the generators, and with ``keep_resume_state`` the
+        episodes in progress), the process's new ``episodes``, ``pid`` and the thread's stage
+        ``times``. A thread's
         first start restores ``sampler_state`` and loads ``resume`` (the episodes of a
         checkpoint): its first replies say ``resumed`` (or why not, ``resume_refused``).
         ``{"need_params": True}`` when the process has no parameters yet."""
@@ -698,8 +697,7 @@ class ActorProcess:
         saved = actor.checkpoint_state()  # the generators and episodes of one finished unroll
         resumed = self.resumed.get(thread, False)
         reply |= {
-            "rng_state": saved[0]["numpy"],
-            "saved": saved if self.keep_resume_state else None,
+            "saved": saved,
             "resumed": resumed is True,
             "resume_refused": resumed if isinstance(resumed, str) else None,
             "episodes": self.episodes.drain(),
