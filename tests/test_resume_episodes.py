@@ -5,8 +5,10 @@ instead of starting new ones. Envs that cannot save their state start new episod
 
 from __future__ import annotations
 
+import io
 import logging
 
+import actor_helpers
 import numpy as np
 import pytest
 from rlpar.envs.native import AcrobotVectorEnv, CartPoleVectorEnv, CatchVectorEnv
@@ -17,7 +19,6 @@ from rlpar.config import EnvConfig, RuntimeConfig
 from rlpar.runtime import Runner
 from rlpar.runtime.actor import Actor
 from rlpar.runtime.common import EpisodeLog
-from rlpar.runtime.envs import make_actor_envs
 
 GAMES = [CartPoleVectorEnv, AcrobotVectorEnv, CatchVectorEnv]
 
@@ -154,6 +155,15 @@ def test_checkpoint_arrays_round_trip_and_refuse_objects(tmp_path) -> None:
     for name, value in arrays.items():
         assert loaded.arrays[name].dtype == value.dtype
         np.testing.assert_array_equal(loaded.arrays[name], value)
+    empty: dict = {
+        k: {} for k in ("optimizer_scalars", "counters", "rng_states", "config", "extra")
+    }
+    meta = {"arrays": ["params", "other/x"], "net_signature": ckpt.net_signature, **empty}
+    buf = io.BytesIO()
+    for a in (ckpt.params, np.zeros(2)):
+        np.lib.format.write_array(buf, a, allow_pickle=False)
+    with pytest.raises(ValueError, match="unknown array 'other/x'"):
+        rlpar.checkpoint._decode(meta, buf.getvalue())
     ckpt.arrays = {"bad": np.array([object()])}
     with pytest.raises(TypeError, match="checkpoint array 'bad' must be a numpy array of bool"):
         save_checkpoint(tmp_path / "d.rlpar", ckpt)
@@ -161,18 +171,9 @@ def test_checkpoint_arrays_round_trip_and_refuse_objects(tmp_path) -> None:
 
 
 def make_actor(lstm: int, generation: int, keep: bool = True, k: int = 4) -> Actor:
-    agent = rlpar.make_agent("impala", {"net": {"hidden": [16], "lstm": lstm}})
-    envs = make_actor_envs(EnvConfig("rlpar/CartPole-v1"), k)
-    net = rlpar.Net(agent.net_spec(envs.single_observation_space, envs.single_action_space))
-    params = net.init_params(seed=0)
-    params += np.random.default_rng(1).standard_normal(params.size).astype(np.float32) * 0.3
-    agent.init_state(net, params)
-    store = rlpar.SnapshotStore(net.num_params, num_slots=4)
-    store.publish(params, version=1)
-    return Actor(
-        0, envs=envs, agent=agent, net=net, store=store, unroll_length=9, num_buffers=2,
-        seed=0, generation=generation, keep_resume_state=keep,
-    )  # fmt: skip
+    return actor_helpers.make_actor(
+        "rlpar/CartPole-v1", lstm, num_envs=k, generation=generation, keep_resume_state=keep
+    )
 
 
 def unrolls(actor: Actor, n: int) -> list[dict[str, np.ndarray]]:

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from actor_helpers import make_actor
 
 import rlpar
 from rlpar.checkpoint import latest_checkpoint
@@ -17,7 +18,6 @@ from rlpar.data import Batch, episode_starts
 from rlpar.runtime import Runner
 from rlpar.runtime.actor import Actor
 from rlpar.runtime.common import EpisodeLog
-from rlpar.runtime.envs import make_actor_envs
 from rlpar.runtime.recurrent import CoreState
 
 
@@ -36,23 +36,6 @@ def small_runtime(**kw) -> RuntimeConfig:
     )
     base.update(kw)
     return RuntimeConfig(**base)
-
-
-def make_actor(env_id: str = "CartPole-v1", lstm: int = 8) -> Actor:
-    agent = impala(lstm)
-    envs = make_actor_envs(EnvConfig(env_id), 3)
-    net = rlpar.Net(agent.net_spec(envs.single_observation_space, envs.single_action_space))
-    params = net.init_params(seed=0)
-    # Large random weights make the state matter for the outputs.
-    params += np.random.default_rng(1).standard_normal(params.size).astype(np.float32) * 0.3
-    agent.init_state(net, params)
-    store = rlpar.SnapshotStore(net.num_params, num_slots=4)
-    store.publish(params, version=1)
-    actor = Actor(
-        0, envs=envs, agent=agent, net=net, store=store, unroll_length=7, num_buffers=3, seed=0
-    )
-    actor.params = params
-    return actor
 
 
 def check_learner_rerun(net: rlpar.Net, params: np.ndarray, r: rlpar.Rollout) -> int:
