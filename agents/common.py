@@ -250,23 +250,33 @@ def actor_critic_step(
     The loss sees rewards [T, N] clipped to [-reward_clip, reward_clip] (None: not clipped),
     then multiplied by ``reward_scale``; the episode returns the runtime reports stay the env's.
     ``action_bound_cost`` > 0 adds `bound_penalty` for a Gaussian policy with bounded actions.
-    With ``state.pool`` (``runtime.learner_threads`` > 1) the N columns are split into one
-    shard per thread; each shard's forward, loss and backward run on its own thread, its output
-    gradient weighted by its share of the valid steps (the loss is a mean over them), into its
-    own gradient buffer (kept in ``scratch``); the buffers are then summed, clipped and applied
-    in slices of the parameter vector, on the pool too.
+    With ``state.pool`` (``runtime.learner_threads`` > 1) the threads share the step in one of
+    two ways (`learner_split` picks):
+
+    - ``"rows"``: the net's forward and backward split the torso's batch rows over the threads
+      inside each call (``pool.native``); the loss, the heads and a recurrent core run once.
+    - ``"shards"``: the N columns are split into one shard per thread; each shard's forward,
+      loss and backward run on its own thread, its output gradient weighted by its share of the
+      valid steps (the loss is a mean over them), into its own gradient buffer (kept in
+      ``scratch``); the buffers are then summed.
+
+    Either way the gradient is then clipped and applied in slices of the parameter vector, on
+    the pool too.
     """
     pool = state.pool
     rewards = partial(_loss_rewards, scale=reward_scale, clip=reward_clip)
-    if pool is None or pool.threads == 1 or batch.num_columns < 2:
+    split = learner_split(net, pool, batch)
+    if split != "shards":
+        native = pool.native if pool is not None and split == "rows" else None
         out, tape, dout, metrics = _forward_loss(
-            net, state.params, batch, layout, rewards, action_bound_cost, loss_args
+            net, state.params, batch, layout, rewards, action_bound_cost, loss_args, native
         )
         try:
-            grad = net.backward(tape, dout.reshape(out.shape))
+            grad = net.backward(tape, dout.reshape(out.shape), pool=native)
         finally:
             tape.release()
     else:
+        assert pool is not None  # learner_split gives "shards" only with a pool
         grad, metrics = _sharded_grad(
             net, state.params, batch, layout, rewards, action_bound_cost, loss_args,
             pool, {} if scratch is None else scratch,
@@ -277,6 +287,27 @@ def actor_critic_step(
     metrics["nonfinite_grad_steps"] = state.extra.get("nonfinite_grad_steps", 0)
     metrics["learning_rate"] = state.optimizer.lr
     return metrics
+
+
+def learner_split(net: rlpar.Net, pool: rlpar.ShardPool | None, batch: rlpar.Batch) -> str:
+    """How a learner step on ``batch`` uses ``pool``: ``"none"`` (no pool, one thread, or too
+    little work to split), ``"rows"`` (the native calls split the torso's batch rows) or
+    ``"shards"`` (one column shard per thread); ``pool.split`` chooses, and "auto" picks:
+
+    rows for feed-forward nets, whose whole step is the torso plus small heads, and for
+    recurrent nets with a conv torso, which dominates their step; shards for recurrent nets
+    on flat inputs, where the LSTM core (sequential in time, so not split by rows) is most of
+    the work and the columns' sequences are independent."""
+    if pool is None or pool.threads == 1 or pool.native is None:
+        return "none"
+    split = pool.split
+    if split == "auto":
+        has_conv = any(isinstance(layer, rlpar.Conv2d) for layer in net.spec.layers)
+        split = "shards" if net.recurrent and not has_conv else "rows"
+    if split == "shards":
+        return "shards" if batch.num_columns >= 2 else "none"
+    rows = batch.obs.shape[0] * batch.obs.shape[1]
+    return "rows" if net.torso_parts(pool.native, rows) > 1 else "none"
 
 
 def _loss_rewards(rewards: np.ndarray, scale: float, clip: float | None) -> np.ndarray:
@@ -294,14 +325,15 @@ def _forward_loss(
     loss_rewards: Callable[[np.ndarray], np.ndarray],
     action_bound_cost: float,
     loss_args: dict[str, Any],
+    native_pool: rlpar.ThreadPool | None = None,
 ) -> tuple[np.ndarray, rlpar.Tape, np.ndarray, dict[str, float]]:
     """Outputs [(T+1) N, O], their tape (the caller releases it), the loss gradient w.r.t. the
-    outputs [T+1, N, O], and the loss metrics."""
+    outputs [T+1, N, O], and the loss metrics. ``native_pool``: the forward's intra-op threads."""
     t_len, n = batch.rewards.shape
     rewards = loss_rewards(batch.rewards)
     obs = batch.obs.reshape((t_len + 1) * n, *batch.obs.shape[2:])
     # A recurrent net re-runs the unroll from the actor's stored state (truncated BPTT).
-    out, tape = net.forward_train(params, obs, **batch.core_args())
+    out, tape = net.forward_train(params, obs, pool=native_pool, **batch.core_args())
     try:
         dout, metrics = rlpar.actor_critic_loss(
             out.reshape(t_len + 1, n, -1),

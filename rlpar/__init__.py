@@ -9,7 +9,8 @@ Public API (everything a user or a plug-in agent needs is importable from here):
 - parameter snapshots: `SnapshotStore`, `Snapshot`;
 - the agent seam and runtime: `Agent`, `LearnerState`, `Rollout`, `Batch`, `Runner`, `RunResult`,
   `Progress`, configs `EnvConfig`, `RuntimeConfig`, `EvalConfig`, losses `actor_critic_loss`,
-  `ShardPool` (the threads of a learner step split over column shards);
+  `ShardPool` (the threads of a learner step: batch rows inside the net's calls, or column
+  shards) and `ThreadPool` (native intra-op threads for `Net` calls);
 - evaluation: `evaluate_policy` (play whole episodes with one parameter vector) and its
   `Evaluation`; a run's final parameters are `Runner.params` after `Runner.run`;
 - plug-ins: `register_agent`, `make_agent`, `registered_agents`, `register_env`,
@@ -62,7 +63,7 @@ from rlpar.optim import (
     global_norm,
     skip_nonfinite_step,
 )
-from rlpar.parallel import ShardPool
+from rlpar.parallel import ShardPool, ThreadPool
 from rlpar.registry import make_agent, register_agent, register_env, registered_agents
 from rlpar.runtime import Progress, Runner, RunResult
 from rlpar.runtime.evaluation import Evaluation, evaluate_policy
@@ -102,6 +103,7 @@ __all__ = [
     "SnapshotStore",
     "Tanh",
     "Tape",
+    "ThreadPool",
     "Value",
     "__version__",
     "actor_critic_loss",

@@ -9,6 +9,16 @@ import numpy
 import numpy.typing
 import typing
 __all__: list[str] = ['CategoricalSampler', 'Net', 'Snapshot', 'SnapshotStore', 'Tape', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_release_threshold', 'global_norm', 'native_env_names', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
+class ThreadPool:
+    """
+    Worker threads for intra-op parallelism of one caller's net calls.
+    """
+    def __init__(self, threads: typing.SupportsInt) -> None:
+        ...
+    @property
+    def threads(self) -> int:
+        ...
+
 class Tape:
     """
     Activations of one forward_train call, consumed by backward.
@@ -23,12 +33,16 @@ class Tape:
 class Net:
     def __init__(self, input_shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], input_uint8: bool, input_scale: typing.SupportsFloat | typing.SupportsIndex, layers: list, heads: list, lstm_hidden: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         ...
-    def backward(self, tape: Tape, dout: typing.Any, grad: typing.Any = None, accumulate: bool = False, release_gil: typing.Any = None, check_finite: bool = False) -> numpy.ndarray:
+    def backward(self, tape: Tape, dout: typing.Any, grad: typing.Any = None, accumulate: bool = False, release_gil: typing.Any = None, check_finite: bool = False, *, pool: ThreadPool | None = None) -> numpy.ndarray:
         ...
-    def forward(self, params: typing.Any, obs: typing.Any, out: typing.Any = None, release_gil: typing.Any = None, check_finite: bool = False, *, state: typing.Any = None, resets: typing.Any = None) -> numpy.typing.NDArray[numpy.float32]:
+    def forward(self, params: typing.Any, obs: typing.Any, out: typing.Any = None, release_gil: typing.Any = None, check_finite: bool = False, *, state: typing.Any = None, resets: typing.Any = None, pool: ThreadPool | None = None) -> numpy.typing.NDArray[numpy.float32]:
         ...
-    def forward_train(self, params: typing.Any, obs: typing.Any, out: typing.Any = None, release_gil: typing.Any = None, check_finite: bool = False, *, state: typing.Any = None, resets: typing.Any = None) -> tuple[numpy.typing.NDArray[numpy.float32], Tape]:
+    def forward_train(self, params: typing.Any, obs: typing.Any, out: typing.Any = None, release_gil: typing.Any = None, check_finite: bool = False, *, state: typing.Any = None, resets: typing.Any = None, pool: ThreadPool | None = None) -> tuple[numpy.typing.NDArray[numpy.float32], Tape]:
         ...
+    def torso_parts(self, pool: ThreadPool, batch: typing.SupportsInt) -> int:
+        """
+        How many row parts a call with `pool` splits `batch` torso rows into (1: none).
+        """
     def workspace_stats(self) -> dict:
         ...
     @property

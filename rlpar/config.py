@@ -217,10 +217,18 @@ class RuntimeConfig:
     buffers_per_actor: int = 2
     """Preallocated rollouts per actor: an actor waits when all of its are queued."""
     learner_threads: int = 1
-    """Threads for one learner step: the built-in agents split the batch's [T, N] columns into
-    this many shards, run forward, loss and backward of each on its own thread (GIL released)
-    and sum the gradients. More than 1 pays on many cores (see `rlpar bench scaling`); the sum
+    """Threads for one learner step (see `learner_split` for how they share it). More than 1
+    pays on several cores (see `rlpar bench net` and `rlpar bench scaling`); the gradient's sum
     then rounds differently from one thread's, but a given count is still reproducible."""
+    learner_split: str = "auto"
+    """How the built-in agents share a learner step between `learner_threads` threads:
+    "rows": the net's forward and backward split the torso's batch rows over the threads inside
+    each native call (rlpar.ThreadPool); the loss, the heads and an LSTM core run once.
+    "shards": the batch's [T, N] columns are split into one shard per thread, and each thread
+    runs forward, loss and backward of its shard; the shards' gradients are summed.
+    "auto": "shards" for a recurrent net on flat observations (its LSTM core is most of the
+    work and is not split by rows), "rows" otherwise. A step too small to pay for the hand-off
+    (a few MFLOP) runs on one thread either way."""
     max_policy_lag: int | None = None
     """Drop rollouts older than this many learner versions (None: keep all)."""
     seed: int = 0
@@ -295,6 +303,12 @@ class RuntimeConfig:
             "learner_threads",
             "an integer from 1 to 256",
             self.learner_threads,
+        )
+        _check(
+            self.learner_split in ("auto", "rows", "shards"),
+            "learner_split",
+            '"auto", "rows" or "shards"',
+            self.learner_split,
         )
         _check(self.backend in ("threads", "ray"), "backend", '"threads" or "ray"', self.backend)
         _check(

@@ -1,9 +1,14 @@
-"""`ShardPool`: a few worker threads that run the shards of one learner step side by side.
+"""`ShardPool`: the threads of one learner step.
 
 The runtime makes one per run when ``runtime.learner_threads`` > 1 and hands it to the agent as
-``LearnerState.pool``; an agent splits its batch (`rlpar.Batch.split`) and calls `ShardPool.map`.
-Each shard's work is native (forward, loss, backward with the GIL released), so the shards run
-in parallel; the Python between the native calls is what the threads take turns on.
+``LearnerState.pool``. It offers two ways to use them:
+
+- intra-op: ``pool.native`` (an `rlpar.ThreadPool` of the same size) passed to
+  `rlpar.Net.forward_train` / `rlpar.Net.backward` splits the torso's batch rows over the threads
+  inside each call, natively; the Python around the calls runs once, on the learner thread.
+- shards: the agent splits its batch (`rlpar.Batch.split`) and calls `ShardPool.map`; each
+  shard's work is native (forward, loss, backward with the GIL released), so the shards run in
+  parallel, and the Python between the native calls is what the threads take turns on.
 """
 
 from __future__ import annotations
@@ -15,9 +20,16 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
+from rlpar import _native
 from rlpar._checks import check_int
 
-__all__ = ["ShardPool", "even_slices"]
+__all__ = ["ShardPool", "ThreadPool", "even_slices"]
+
+#: Native worker threads for intra-op parallelism: ``ThreadPool(threads)`` is the calling thread
+#: plus ``threads`` - 1 workers that never touch Python. Pass one as ``pool=`` to
+#: `rlpar.Net.forward` / ``forward_train`` / ``backward`` to split the torso's batch rows over
+#: them; calls without one run on the calling thread alone (no hidden pool).
+ThreadPool = _native.ThreadPool
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -34,17 +46,26 @@ def even_slices(n: int, parts: int) -> list[slice]:
 
 class ShardPool:
     """``threads`` - 1 daemon helper threads plus the calling thread, which runs one share of
-    every `map` itself. Not for use by two callers at once (one learner owns it)."""
+    every `map` itself, and ``native``: an `rlpar.ThreadPool` of ``threads`` threads (the caller
+    and ``threads`` - 1 native workers) for the net's intra-op parallelism. Not for use by two
+    callers at once (one learner owns it). ``split`` ("auto", "rows" or "shards") tells an agent
+    which of the two ways to use (``runtime.learner_split``)."""
 
-    def __init__(self, threads: int, name: str = "rlpar-learner-shard") -> None:
+    def __init__(
+        self, threads: int, name: str = "rlpar-learner-shard", split: str = "auto"
+    ) -> None:
         check_int("threads", threads, minimum=1, maximum=_MAX_THREADS)
+        if split not in ("auto", "rows", "shards"):
+            raise ValueError(f'split: expected "auto", "rows" or "shards", got {split!r}')
         self.threads = threads
+        self.split = split
         self._tasks: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._workers = [
             threading.Thread(target=self._work, name=f"{name}-{i + 1}", daemon=True)
             for i in range(threads - 1)
         ]
         self._closed = False
+        self.native: _native.ThreadPool | None = _native.ThreadPool(threads)
         for w in self._workers:
             w.start()
 
@@ -99,6 +120,7 @@ class ShardPool:
         ``timeout_s`` each (they are daemons: left behind, never waited for forever)."""
         if not self._closed:
             self._closed = True
+            self.native = None  # its workers are joined when the last reference goes
             for _ in self._workers:
                 self._tasks.put(None)
         for w in self._workers:

@@ -103,7 +103,7 @@ def test_bench_net_json_has_the_documented_shape(tmp_path) -> None:
             for impl in r[key][net]:
                 assert_numbers(r[key][net][impl], batches)
     assert_numbers(r["conv_gflops"], {"native", "native_train", "sgemm_peak"})
-    assert_numbers(r["conv_learner_threads"], {"1", "2"})
+    assert_numbers(r["conv_learner_threads"], {"1", "2", "2_shards"})
     assert ("torch_threads" in r) == HAS_TORCH
     ratios = r["ratios"]
     assert_numbers(ratios["native_vs_numpy_b1"], {"mlp", "conv"})

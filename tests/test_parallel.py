@@ -1,5 +1,5 @@
 """The learner step over threads: `rlpar.ShardPool`, `Batch.split`, the built-in agents' sharded
-step against the one-thread step, and ``runtime.learner_threads`` in whole runs."""
+and row-split steps against the one-thread step, and ``runtime.learner_threads`` in whole runs."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
+from rlpar.agents.common import learner_split
 
 import rlpar
 from rlpar import Batch, EnvConfig, LearnerState, Runner, RuntimeConfig, ShardPool
@@ -141,7 +142,8 @@ def test_sharded_step_matches_one_thread(threads: int) -> None:
         return state.params, metrics
 
     one, m1 = step(None)
-    with ShardPool(threads) as pool:
+    with ShardPool(threads, split="shards") as pool:
+        assert learner_split(net, pool, batch) == "shards"
         many, m2 = step(pool)
         again, _ = step(pool)
     assert not np.array_equal(one, params)
@@ -150,6 +152,87 @@ def test_sharded_step_matches_one_thread(threads: int) -> None:
     assert set(m1) == set(m2)
     for key in m1:
         assert m2[key] == pytest.approx(m1[key], rel=1e-4, abs=1e-5), key
+
+
+def conv_impala(lstm: int = 0) -> tuple[rlpar.Agent, rlpar.Net, gym.spaces.Box]:
+    agent = rlpar.make_agent("impala", {"optim": {"lr": 0.01}, "net": {"lstm": lstm}})
+    space = gym.spaces.Box(0, 1, (10, 10, 4), np.uint8)
+    return agent, rlpar.Net(agent.net_spec(space, gym.spaces.Discrete(3))), space
+
+
+def conv_batch(rng: np.random.Generator, net: rlpar.Net, T: int, N: int) -> Batch:
+    """A MinAtar-shaped batch [T, N] (uint8 frames) with episode ends and an LSTM's stored
+    start state when the net has one."""
+    obs = rng.integers(0, 2, (T + 1, N, *net.input_shape), dtype=np.uint8)
+    done = rng.random((T, N)) < 0.1
+    mask = np.ones((T, N), bool)
+    mask[1:] = ~done[:-1]
+    extra = {}
+    if net.recurrent:  # the state each column's unroll started from; resets follow the mask
+        extra = {"core_state": rng.standard_normal((N, net.state_size)).astype(np.float32)}
+    return Batch(
+        obs=obs, actions=rng.integers(0, 3, (T, N)).astype(np.int64),
+        rewards=rng.standard_normal((T, N)).astype(np.float32), terminated=done & mask,
+        truncated=np.zeros((T, N), bool), mask=mask,
+        behaviour=rng.standard_normal((T, N, net.output_size)).astype(np.float32),
+        versions=np.array([1]), policy_lag=np.array([0]), learner_version=1, **extra,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("lstm", [0, 16])
+def test_row_split_step_matches_one_thread(lstm: int) -> None:
+    agent, net, _ = conv_impala(lstm)
+    params = net.init_params(seed=2)
+    batch = conv_batch(np.random.default_rng(lstm), net, 10, 12)
+
+    def step(pool: ShardPool | None) -> tuple[np.ndarray, dict]:
+        state = agent.init_state(net, params.copy())
+        state.pool = pool
+        return state.params, agent.learn(net, state, batch)
+
+    one, m1 = step(None)
+    with ShardPool(3) as pool:  # "auto": rows for a conv torso, with or without a core
+        assert pool.native is not None and pool.native.threads == 3
+        assert learner_split(net, pool, batch) == "rows"
+        assert net.torso_parts(pool.native, 11 * 12) == 3
+        many, m2 = step(pool)
+        again, _ = step(pool)
+    assert pool.native is None  # closed
+    assert not np.array_equal(one, params)
+    np.testing.assert_allclose(many, one, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(many, again)  # a given thread count is reproducible
+    for key in m1:
+        assert m2[key] == pytest.approx(m1[key], rel=1e-4, abs=1e-5), key
+
+
+def test_learner_split_rules() -> None:
+    _, mlp = impala_net()
+    small = random_batch(np.random.default_rng(0), mlp, mlp.init_params(seed=0), 6, 4)
+    _, conv, _ = conv_impala()
+    _, conv_lstm, _ = conv_impala(lstm=8)
+    lstm_agent = rlpar.make_agent("impala", {"net": {"lstm": 8}})
+    env = gym.make("CartPole-v1")
+    mlp_lstm = rlpar.Net(lstm_agent.net_spec(env.observation_space, env.action_space))
+    rng = np.random.default_rng(1)
+    big = conv_batch(rng, conv, 10, 12)
+    assert learner_split(conv, None, big) == "none"
+    with ShardPool(1) as one:
+        assert learner_split(conv, one, big) == "none"
+    with ShardPool(2) as pool:
+        assert learner_split(conv, pool, big) == "rows"
+        assert learner_split(conv_lstm, pool, conv_batch(rng, conv_lstm, 10, 12)) == "rows"
+        assert learner_split(mlp_lstm, pool, small) == "shards"  # the core dominates
+        assert learner_split(mlp, pool, small) == "none"  # 28 rows of a 64-64 MLP: too small
+        assert learner_split(conv, pool, conv_batch(rng, conv, 1, 1)) == "none"
+    with ShardPool(2, split="shards") as pool:
+        assert learner_split(conv, pool, big) == "shards"
+        assert learner_split(conv, pool, conv_batch(rng, conv, 4, 1)) == "none"  # one column
+    with ShardPool(2, split="rows") as pool:
+        assert learner_split(mlp_lstm, pool, small) == "none"  # rows, but too small to split
+    with pytest.raises(ValueError, match='split: expected "auto", "rows" or "shards", got'):
+        ShardPool(2, split="columns")
+    with pytest.raises(rlpar.ConfigError, match="learner_split: expected"):
+        RuntimeConfig(learner_split="columns")
 
 
 def test_a_failing_shard_fails_the_step_and_releases_every_tape() -> None:
@@ -186,6 +269,34 @@ def test_learner_threads_in_a_run_leave_no_thread_and_stay_deterministic() -> No
     assert ra.learner_steps == rb.learner_steps >= 40
     np.testing.assert_array_equal(a, b)
     assert ra.stuck_threads == [] and not rlpar_threads()
+
+
+def test_row_split_run_is_deterministic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A conv net on native Catch frames with two learner threads splitting rows: two runs end
+    with the same parameters."""
+    import rlpar.agents.common as common
+
+    splits: list[str] = []
+
+    def recording(*args: object) -> str:
+        splits.append(learner_split(*args))  # type: ignore[arg-type]
+        return splits[-1]
+
+    monkeypatch.setattr(common, "learner_split", recording)
+
+    def run() -> np.ndarray:
+        cfg = RuntimeConfig(
+            num_actors=2, envs_per_actor=8, unroll_length=10, batch_rollouts=2,
+            total_env_steps=2000, deterministic=True, learner_threads=2,
+            learner_split="rows", checkpoint_interval_s=None,
+        )  # fmt: skip
+        agent = rlpar.make_agent("impala", {"net": {"conv": [[8, 3, 1]], "conv_hidden": 64}})
+        runner = Runner(agent, EnvConfig("rlpar/Catch-v0"), cfg)
+        runner.run()
+        return runner.state.params
+
+    np.testing.assert_array_equal(run(), run())
+    assert splits and set(splits) == {"rows"}
 
 
 @pytest.mark.parametrize("bad", [0, 257, -1])

@@ -13,6 +13,7 @@
 #include "bindings.h"
 #include "convert.h"
 #include "gil.h"
+#include "rlpar/thread_pool.h"
 #include "rlpar/net.h"
 #include "snapshot_py.h"
 
@@ -291,10 +292,21 @@ SeqInput checked_seq(const Net& net, py::handle state, py::handle resets, int64_
   return s;
 }
 
+// The optional `pool` argument: None or an rlpar ThreadPool (kept alive by the caller's reference).
+rlpar::ThreadPool* pool_arg(py::handle pool) {
+  if (pool.is_none()) return nullptr;
+  if (!py::isinstance<rlpar::ThreadPool>(pool)) {
+    throw py::type_error("pool must be an rlpar.ThreadPool or None, got " +
+                         std::string(py::str(py::type::of(pool).attr("__name__"))));
+  }
+  return &pool.cast<rlpar::ThreadPool&>();
+}
+
 py::array_t<float> do_forward(const std::shared_ptr<Net>& net, py::handle params, py::handle obs,
                               py::object out, py::object release_gil, bool check,
-                              py::handle state, py::handle resets,
+                              py::handle state, py::handle resets, py::handle pool_obj,
                               std::unique_ptr<rlpar::Tape>* tape) {
+  rlpar::ThreadPool* pool = pool_arg(pool_obj);
   const float* p = flat_params(*net, params);
   int64_t batch = 0;
   py::array x = checked_obs(*net, obs, batch);
@@ -311,9 +323,9 @@ py::array_t<float> do_forward(const std::shared_ptr<Net>& net, py::handle params
     const bool release = want_release(release_gil, net->flops_per_sample() * batch);
     CallScope scope(release, net->has_external());
     if (tape) {
-      *tape = net->forward_train_seq(p, xp, seq.args, yp);
+      *tape = net->forward_train_seq(p, xp, seq.args, yp, pool);
     } else {
-      net->forward_seq(p, xp, seq.args, yp);
+      net->forward_seq(p, xp, seq.args, yp, pool);
     }
   }
   return y;
@@ -321,19 +333,19 @@ py::array_t<float> do_forward(const std::shared_ptr<Net>& net, py::handle params
 
 py::array_t<float> forward(const std::shared_ptr<Net>& net, py::handle params, py::handle obs,
                            py::object out, py::object release_gil, bool check_finite,
-                           py::handle state, py::handle resets) {
+                           py::handle state, py::handle resets, py::handle pool) {
   return do_forward(net, params, obs, std::move(out), std::move(release_gil), check_finite, state,
-                    resets, nullptr);
+                    resets, pool, nullptr);
 }
 
 py::tuple forward_train(const std::shared_ptr<Net>& net, py::handle params, py::handle obs,
                         py::object out, py::object release_gil, bool check_finite,
-                        py::handle state, py::handle resets) {
+                        py::handle state, py::handle resets, py::handle pool) {
   PyTape t{net, nullptr, py::reinterpret_borrow<py::object>(params), nullptr, nullptr};
   if (py::isinstance<PySnapshot>(params)) t.pin = params.cast<const PySnapshot&>().pin;
   t.params_data = flat_params(*net, params);
   auto y = do_forward(net, params, obs, std::move(out), std::move(release_gil), check_finite,
-                      state, resets, &t.tape);
+                      state, resets, pool, &t.tape);
   return py::make_tuple(y, std::move(t));
 }
 
@@ -356,7 +368,9 @@ py::array grad_buffer(const Net& net, py::object grad, bool accumulate) {
 }
 
 py::array backward(const std::shared_ptr<Net>& net, PyTape& tape, py::handle dout, py::object grad,
-                   bool accumulate, py::object release_gil, bool check_finite) {
+                   bool accumulate, py::object release_gil, bool check_finite,
+                   py::handle pool_obj) {
+  rlpar::ThreadPool* pool = pool_arg(pool_obj);
   if (!tape.tape) throw py::value_error("this tape was released; record a new one with forward_train");
   if (tape.net != net) throw py::value_error("this tape was recorded by another net");
   const int64_t batch = tape.tape->batch();
@@ -369,7 +383,7 @@ py::array backward(const std::shared_ptr<Net>& net, PyTape& tape, py::handle dou
   {
     const bool release = want_release(release_gil, 2.0 * net->flops_per_sample() * batch);
     CallScope scope(release, net->has_external());
-    net->backward(p, *tape.tape, dp, gp, accumulate);
+    net->backward(p, *tape.tape, dp, gp, accumulate, pool);
   }
   return g;
 }
@@ -432,14 +446,27 @@ void bind_net(py::module_& m) {
       .def("workspace_stats", &workspace_stats)
       .def("forward", &forward, py::arg("params"), py::arg("obs"), py::arg("out") = py::none(),
            py::arg("release_gil") = py::none(), py::arg("check_finite") = false,
-           py::kw_only(), py::arg("state") = py::none(), py::arg("resets") = py::none())
+           py::kw_only(), py::arg("state") = py::none(), py::arg("resets") = py::none(),
+           py::arg("pool") = py::none())
       .def("forward_train", &forward_train, py::arg("params"), py::arg("obs"),
            py::arg("out") = py::none(), py::arg("release_gil") = py::none(),
            py::arg("check_finite") = false, py::kw_only(), py::arg("state") = py::none(),
-           py::arg("resets") = py::none())
+           py::arg("resets") = py::none(), py::arg("pool") = py::none())
       .def("backward", &backward, py::arg("tape"), py::arg("dout"), py::arg("grad") = py::none(),
            py::arg("accumulate") = false, py::arg("release_gil") = py::none(),
-           py::arg("check_finite") = false);
+           py::arg("check_finite") = false, py::kw_only(), py::arg("pool") = py::none())
+      .def("torso_parts",
+           [](const Net& n, const rlpar::ThreadPool& pool, int64_t batch) {
+             return n.torso_parts(&pool, batch);
+           },
+           py::arg("pool"), py::arg("batch"),
+           "How many row parts a call with `pool` splits `batch` torso rows into (1: none).");
+
+  py::class_<rlpar::ThreadPool>(m, "ThreadPool",
+                                "Worker threads for intra-op parallelism of one caller's net calls.")
+      .def(py::init([](int64_t threads) { return new rlpar::ThreadPool(threads); }),
+           py::arg("threads"), py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("threads", &rlpar::ThreadPool::threads);
 }
 
 }  // namespace rlpar_py

@@ -3,7 +3,10 @@
 // reports every broken expectation.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
+#include <random>
+#include <vector>
 
 namespace rlpar_test {
 
@@ -32,6 +35,15 @@ inline int finish(const char* name) {
   std::printf("%s: %s (%d checks, %d failed)\n", name, t.failures ? "FAIL" : "PASS", t.checks,
               t.failures);
   return t.failures ? 1 : 0;
+}
+
+// n normal floats with standard deviation `scale`, the same for a given seed.
+inline std::vector<float> random_vector(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
 }
 
 }  // namespace rlpar_test

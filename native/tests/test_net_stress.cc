@@ -43,13 +43,7 @@ rlpar::NetSpec wide_spec() {
   return spec;
 }
 
-std::vector<float> random_vector(size_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using rlpar_test::random_vector;
 
 struct Result {
   std::vector<float> out, grad;

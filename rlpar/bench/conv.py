@@ -9,8 +9,10 @@ Two torsos on uint8 frames, each timed side by side with a torch twin that holds
 ``conv_train_ms`` times forward_train + backward from a fixed output gradient (no optimizer: the
 layers alone). ``conv_gflops`` divides the Nature torso's arithmetic by the native times and sets
 it beside the peak of a large single-threaded sgemm on this core (torch's when torch is there,
-numpy's otherwise). ``conv_learner_threads`` runs IMPALA learner steps on a [T=20, N=32] batch of
-Nature frames with ``runtime.learner_threads`` = 1 and 2 (`rlpar.ShardPool`).
+numpy's otherwise). ``conv_learner_threads`` runs IMPALA learner steps of the Nature torso on a
+[T=20, N=32] batch of frames with ``runtime.learner_threads`` = 1 and 2 (`rlpar.ShardPool`): "2"
+splits the torso's batch rows inside the net's calls (``learner_split = "rows"``, the default
+for conv nets), "2_shards" splits the columns into shards.
 """
 
 from __future__ import annotations
@@ -134,23 +136,27 @@ def _sgemm_peak_gflops(torch: Any, repeats: int) -> float:
     return 2.0 * SGEMM_SIZE**3 / seconds / 1e9
 
 
+NATURE_NET = {"conv": [[32, 8, 4], [64, 4, 2], [64, 3, 1]], "conv_hidden": 512}
+
+
 def _learner_threads(repeats: int, min_steps: int) -> dict[str, float]:
-    """Samples/s of IMPALA learner steps on the Nature torso with 1 and 2 learner threads."""
+    """Samples/s of IMPALA learner steps on the Nature torso with 1 thread and with 2 (rows
+    and shards)."""
     from rlpar.bench.scaling import _synthetic_batch
 
     t, n = LEARNER_BATCH
     rng = np.random.default_rng(0)
-    agent = rlpar.make_agent("impala", {"optim": {"lr": 1e-4}})
+    agent = rlpar.make_agent("impala", {"optim": {"lr": 1e-4}, "net": NATURE_NET})
     space = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
     net = rlpar.Net(agent.net_spec(space, gym.spaces.Discrete(6)))
     params = net.init_params(seed=0)
     obs = rng.integers(0, 256, (t + 1, n, *space.shape), dtype=np.uint8)
     batch = _synthetic_batch(rng, net, params, obs, 6)
-    pool = rlpar.ShardPool(2)
+    pools = {"2": rlpar.ShardPool(2, split="rows"), "2_shards": rlpar.ShardPool(2, split="shards")}
 
-    def rate(threads: int) -> float:
+    def rate(key: str) -> float:
         state = agent.init_state(net, params.copy())
-        state.pool = pool if threads > 1 else None
+        state.pool = pools.get(key)
         agent.learn(net, state, batch)  # workspaces grow to this shard size once
         t0 = time.perf_counter()
         for _ in range(min_steps):
@@ -158,9 +164,10 @@ def _learner_threads(repeats: int, min_steps: int) -> dict[str, float]:
         return min_steps * batch.rewards.size / (time.perf_counter() - t0)
 
     try:
-        med = medians({k: (lambda k=k: rate(k)) for k in (1, 2)}, repeats)
+        med = medians({k: (lambda k=k: rate(k)) for k in ("1", "2", "2_shards")}, repeats)
     finally:
-        pool.close()
+        for pool in pools.values():
+            pool.close()
     return {str(k): sig(v) for k, v in med.items()}
 
 
@@ -173,7 +180,7 @@ def bench_conv(torch: Any, chunk_s: float, repeats: int, quick: bool) -> dict[st
          "conv_train_ms": {"nature": {impl: {"32"|"256": ms}},
                            "minatar": {impl: {"256"|"1024": ms}}},
          "conv_gflops": {"native": forward GFLOP/s, "native_train": ..., "sgemm_peak": ...},
-         "conv_learner_threads": {"1"|"2": samples/s}}
+         "conv_learner_threads": {"1"|"2"|"2_shards": samples/s}}
 
     GFLOP/s are the Nature torso's at batch 256. torch keys appear only when torch is importable.
     """
@@ -229,6 +236,7 @@ def format_conv(r: dict[str, Any]) -> list[str]:
     lt = r["conv_learner_threads"]
     lines.append(
         f"conv learner step (IMPALA, nature, [T={LEARNER_BATCH[0]}, N={LEARNER_BATCH[1]}]), "
-        f"samples/s: 1 thread {lt['1']:.4g}, 2 threads {lt['2']:.4g}"
+        f"samples/s: 1 thread {lt['1']:.4g}, 2 threads {lt['2']:.4g} (rows), "
+        f"{lt['2_shards']:.4g} (shards)"
     )
     return lines

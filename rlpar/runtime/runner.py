@@ -522,7 +522,7 @@ class Runner:
     def _start_threads(self) -> None:
         cfg = self.cfg
         if cfg.learner_threads > 1:  # the learner step's helpers, for this run only
-            self.state.pool = ShardPool(cfg.learner_threads)
+            self.state.pool = ShardPool(cfg.learner_threads, split=cfg.learner_split)
         per_version = cfg.batch_rollouts // cfg.num_actors if cfg.deterministic else 1
         first = self.state.steps + 1
         for actor in self.actors:

@@ -21,6 +21,14 @@
 // [T, N]; an actor runs T = 1 and carries the state from call to call. Feed-forward nets take
 // the same calls (the state is ignored) and pay nothing for them.
 //
+// Intra-op parallelism: forward_seq / forward_train_seq / backward take an optional ThreadPool
+// (rlpar/thread_pool.h). With one, the torso (every layer before the LSTM core and the heads)
+// runs its batch rows in contiguous parts, one task each; backward sums the parts' parameter
+// gradients in part order. The parts depend only on the pool's size, the batch and the net, so a
+// given pool size gives the same results call after call, on any thread. The core and the heads,
+// which are small next to a conv torso, run on the calling thread. Without a pool (or for a net
+// with a Python layer) the call runs on the calling thread alone.
+//
 // Activations live in a `Workspace` taken from the net's pool for the duration of a call (or of a
 // `Tape`) and given back afterwards, so steady-state calls allocate nothing and memory is bounded by
 // (calls in flight) x (largest batch seen).
@@ -133,6 +141,7 @@ struct WorkspaceStats {
 
 class Workspace;
 class WorkspacePool;
+class ThreadPool;
 
 // Activations of one forward_train call, kept for backward. Neither copied nor moved (it is held
 // by pointer); gives its workspace back to the pool when destroyed. It shares ownership of the
@@ -184,14 +193,20 @@ class Net {
   // input: [T N, input_size]; out: [T N, output_size]. A recurrent net runs its core through
   // time; backward of the tape is backpropagation through the T steps (none into state0).
   // forward / forward_train above are the one-step case from a zero state.
-  void forward_seq(const float* params, const void* input, const SeqArgs& seq, float* out) const;
+  // `pool` (nullable): run the torso's batch rows on the pool's threads (see above).
+  void forward_seq(const float* params, const void* input, const SeqArgs& seq, float* out,
+                   ThreadPool* pool = nullptr) const;
   std::unique_ptr<Tape> forward_train_seq(const float* params, const void* input,
-                                          const SeqArgs& seq, float* out) const;
+                                          const SeqArgs& seq, float* out,
+                                          ThreadPool* pool = nullptr) const;
 
   // dout: [B, output_size] gradient of the loss w.r.t. the output; grad: [num_params].
   // `params` must be the buffer the tape was recorded with.
   void backward(const float* params, const Tape& tape, const float* dout, float* grad,
-                bool accumulate) const;
+                bool accumulate, ThreadPool* pool = nullptr) const;
+
+  // How many parts a call with `pool` splits `batch` torso rows into (1: no split).
+  int64_t torso_parts(const ThreadPool* pool, int64_t batch) const;
 
   WorkspaceStats workspace_stats() const;
 
@@ -208,17 +223,23 @@ class Net {
   void build_core(const Shape& torso_out);
   void build_heads(const Shape& features);
   void run_forward(const float* params, const void* input, const SeqArgs& seq, float* out,
-                   Workspace& ws) const;
-  void run_torso(const float* params, const void* input, Workspace& ws) const;
+                   Workspace& ws, ThreadPool* pool) const;
+  void run_torso(const float* params, const void* input, Workspace& ws, ThreadPool* pool) const;
+  void torso_rows(const float* params, const void* input, Workspace& ws, int64_t r0, int64_t r1,
+                  float* scratch) const;
+  int64_t part_scratch_floats(int64_t rows, bool backward) const;
   void run_core(const float* params, const SeqArgs& seq, Workspace& ws) const;
   void run_heads(const float* params, float* out, Workspace& ws) const;
   void heads_backward(const float* params, const float* dout, float* grad, float* dfeat,
                       Workspace& ws) const;
   const float* core_backward(const float* params, float* dh, float* grad, float* dx,
                              Workspace& ws) const;
-  void torso_backward(const float* params, float* dy, float* other, float* grad,
-                      Workspace& ws) const;
+  void torso_backward(const float* params, float* dy, float* other, float* grad, Workspace& ws,
+                      ThreadPool* pool) const;
+  void torso_backward_rows(const float* params, float* dy, float* other, float* grad,
+                           Workspace& ws, int64_t r0, int64_t r1, float* scratch) const;
   size_t core_slot(size_t k) const;
+  size_t part_slot(int64_t part, size_t k) const;
 
   NetSpec spec_;
   std::vector<Layer> layers_;
@@ -227,6 +248,7 @@ class Net {
   std::vector<OutputInfo> outputs_;
   std::vector<int64_t> head_weight_offset_, head_bias_offset_, head_logstd_offset_;
   int64_t num_params_ = 0;
+  int64_t torso_params_ = 0;  // the layers' parameters come first: [0, torso_params_)
   int64_t output_size_ = 0;
   int64_t feature_size_ = 0;
   int64_t core_in_ = 0;                       // LSTM input features (the torso's output)
