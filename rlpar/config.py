@@ -226,9 +226,9 @@ class RuntimeConfig:
     each native call (rlpar.ThreadPool); the loss, the heads and an LSTM core run once.
     "shards": the batch's [T, N] columns are split into one shard per thread, and each thread
     runs forward, loss and backward of its shard; the shards' gradients are summed.
-    "auto": "shards" for a recurrent net on flat observations (its LSTM core is most of the
-    work and is not split by rows), "rows" otherwise. A step too small to pay for the hand-off
-    (a few MFLOP) runs on one thread either way."""
+    "auto": "rows" for a net with a conv torso (nearly all of its step), "shards" otherwise
+    (on flat inputs the loss, the heads or an LSTM core, which rows run once, are a large share
+    of the step). A step too small to pay for the hand-off runs on one thread either way."""
     max_policy_lag: int | None = None
     """Drop rollouts older than this many learner versions (None: keep all)."""
     seed: int = 0

@@ -165,7 +165,11 @@ def test_bench_scaling_json_has_a_value_per_thread_count(tmp_path) -> None:
         "net_forward": {"mlp_b32", "mlp_b256", "conv_b8"},
         "snapshot_pins": {"pins_per_s", "publishes_per_s"},
         "actor_loop": {"python_env", "native_fused"},
-        "learner_step": {"mlp_T20_N256", "conv_T4_N32"},
+        "learner_step": {
+            f"{case}_{split}"
+            for case in ("mlp_T20_N256", "conv_T4_N32", "nature_T20_N32")
+            for split in ("rows", "shards")
+        },
         "runtime": {"learner_idle", "learner_idle_k256", "learner_busy", "learner_threads"},
     }
     for section, cases in sections.items():

@@ -222,13 +222,14 @@ def test_learner_split_rules() -> None:
         assert learner_split(conv, pool, big) == "rows"
         assert learner_split(conv_lstm, pool, conv_batch(rng, conv_lstm, 10, 12)) == "rows"
         assert learner_split(mlp_lstm, pool, small) == "shards"  # the core dominates
-        assert learner_split(mlp, pool, small) == "none"  # 28 rows of a 64-64 MLP: too small
+        assert learner_split(mlp, pool, small) == "shards"  # flat inputs: the loss weighs
         assert learner_split(conv, pool, conv_batch(rng, conv, 1, 1)) == "none"
     with ShardPool(2, split="shards") as pool:
         assert learner_split(conv, pool, big) == "shards"
         assert learner_split(conv, pool, conv_batch(rng, conv, 4, 1)) == "none"  # one column
     with ShardPool(2, split="rows") as pool:
         assert learner_split(mlp_lstm, pool, small) == "none"  # rows, but too small to split
+        assert learner_split(mlp, pool, small) == "none"  # 28 rows of a 64-64 MLP
     with pytest.raises(ValueError, match='split: expected "auto", "rows" or "shards", got'):
         ShardPool(2, split="columns")
     with pytest.raises(rlpar.ConfigError, match="learner_split: expected"):

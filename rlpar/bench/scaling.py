@@ -11,8 +11,10 @@ For each thread count N (default 1, 2, 4, 8, 16), side by side in one process:
   shared mlp policy: ``python_env`` (gymnasium envs, rlpar's Python actor loop) and
   ``native_fused`` (rlpar's native CartPole, one GIL-free native call per 20-step unroll).
 - ``learner_step``: samples/s of IMPALA learner steps with ``runtime.learner_threads`` = N
-  (the batch's columns split over N threads, `rlpar.ShardPool`): the mlp on a [20, 256] batch
-  and the conv net on a [4, 32] batch of frames.
+  (`rlpar.ShardPool`), each case twice: ``_rows`` (the torso's batch rows split inside the
+  net's native calls, ``learner_split = "rows"``) and ``_shards`` (the batch's columns split
+  into N shards): the mlp on a [20, 256] batch, the agents' default conv torso on a [4, 32]
+  batch of 84x84 frames, and the Nature torso on a [20, 32] batch.
 - ``runtime``: the whole actor/learner runtime on ``rlpar/CartPole-v1`` with N actors (64
   envs each, fused unrolls) and the IMPALA agent, the learner idle (actors and queues alone)
   and busy (real learner steps on one thread, which then set the pace), the idle learner
@@ -58,6 +60,7 @@ CONV_BATCH = 8
 SNAPSHOT_FLOATS = 262_144  # 1 MB of parameters
 LEARNER_MLP_BATCH = (20, 256)  # [T, N] of the learner-step cases
 LEARNER_CONV_BATCH = (4, 32)
+LEARNER_NATURE_BATCH = (20, 32)
 
 
 @dataclass(frozen=True)
@@ -149,14 +152,18 @@ def _synthetic_batch(
 
 
 def _learner_step(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, float]]:
-    """Samples/s of IMPALA learner steps, the batch split over N threads (`ShardPool`)."""
+    """Samples/s of IMPALA learner steps on N threads (`ShardPool`), rows and shards."""
+    from rlpar.bench.conv import NATURE_NET
+
     rng = np.random.default_rng(0)
+    frames = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
     cases = {}
-    for name, space, n_actions, (t, n) in (
-        ("mlp_T20_N256", gym.spaces.Box(-1.0, 1.0, (4,), np.float32), 2, LEARNER_MLP_BATCH),
-        ("conv_T4_N32", gym.spaces.Box(0, 255, (84, 84, 4), np.uint8), 6, LEARNER_CONV_BATCH),
+    for name, space, n_actions, (t, n), net_cfg in (
+        ("mlp_T20_N256", gym.spaces.Box(-1.0, 1.0, (4,), np.float32), 2, LEARNER_MLP_BATCH, {}),
+        ("conv_T4_N32", frames, 6, LEARNER_CONV_BATCH, {}),
+        ("nature_T20_N32", frames, 6, LEARNER_NATURE_BATCH, NATURE_NET),
     ):
-        agent = make_agent("impala", {"optim": {"lr": 1e-4}})
+        agent = make_agent("impala", {"optim": {"lr": 1e-4}, "net": net_cfg})
         net = rlpar.Net(agent.net_spec(space, gym.spaces.Discrete(n_actions)))
         params = net.init_params(seed=0)
         if space.dtype == np.uint8:
@@ -164,12 +171,13 @@ def _learner_step(threads: Sequence[int], budget: Budget) -> dict[str, dict[str,
         else:
             obs = rng.standard_normal((t + 1, n, *space.shape)).astype(np.float32)
         cases[name] = (agent, net, params, _synthetic_batch(rng, net, params, obs, n_actions))
-    pools = {k: ShardPool(k) for k in threads if k > 1}
+    splits = ("rows", "shards")
+    pools = {(k, s): ShardPool(k, split=s) for k in threads if k > 1 for s in splits}
 
-    def rate(name: str, k: int) -> float:
+    def rate(name: str, k: int, split: str) -> float:
         agent, net, params, batch = cases[name]
         state = agent.init_state(net, params.copy())
-        state.pool = pools.get(k)
+        state.pool = pools.get((k, split))
         agent.learn(net, state, batch)
         steps, t0 = 0, time.perf_counter()
         while steps < 2 or time.perf_counter() - t0 < budget.seconds:
@@ -179,7 +187,10 @@ def _learner_step(threads: Sequence[int], budget: Budget) -> dict[str, dict[str,
 
     try:
         configs = {
-            (name, k): (lambda name=name, k=k: rate(name, k)) for name in cases for k in threads
+            (f"{name}_{s}", k): (lambda name=name, k=k, s=s: rate(name, k, s))
+            for name in cases
+            for s in splits
+            for k in threads
         }
         for measure in configs.values():  # an untimed round: every thread's workspace grows
             measure()  # to its shard size once (hundreds of MB for the conv net)
@@ -187,7 +198,11 @@ def _learner_step(threads: Sequence[int], budget: Budget) -> dict[str, dict[str,
     finally:
         for pool in pools.values():
             pool.close()
-    return {name: {str(k): sig(med[name, k]) for k in threads} for name in cases}
+    return {
+        f"{name}_{s}": {str(k): sig(med[f"{name}_{s}", k]) for k in threads}
+        for name in cases
+        for s in splits
+    }
 
 
 RUNTIME_MODES = ("learner_idle", "learner_idle_k256", "learner_busy", "learner_threads")
@@ -241,7 +256,8 @@ def bench_scaling(threads: Sequence[int] = DEFAULT_THREADS, quick: bool = False)
     "net_forward": {case: {N: forwards/s}},
     "snapshot_pins": {"pins_per_s"|"publishes_per_s": {N: per s}},
     "actor_loop": {"python_env"|"native_fused": {N: env steps/s}},
-    "learner_step": {"mlp_T20_N256"|"conv_T4_N32": {N: samples/s}},
+    "learner_step": {"mlp_T20_N256"|"conv_T4_N32"|"nature_T20_N32" + "_rows"|"_shards":
+    {N: samples/s}},
     "runtime": {"learner_idle"|"learner_idle_k256"|"learner_busy"|"learner_threads": {N: env
     steps/s}},
     "speedup": {section: {case: {N: value / value at the smallest N}}}, "setup": {...}}``;
