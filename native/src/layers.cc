@@ -19,10 +19,11 @@ namespace {
 // every row tile of the batch uses it.
 constexpr int64_t kLinearBlock = 512;
 
-// y[:, oc0 .. oc0 + 16 NV] = x w (+ b, ReLU); b may be nullptr.
+// y[:, oc0 .. oc0 + 16 NV] = x w (+ b, ReLU); b may be nullptr. `add`: y += x w instead.
 template <int NV>
 void linear_forward_columns(float* y, const float* x, const float* w, const float* b,
-                            int64_t batch, int64_t in, int64_t out, int64_t oc0, bool relu) {
+                            int64_t batch, int64_t in, int64_t out, int64_t oc0, bool relu,
+                            bool add = false) {
   constexpr int R = simd::tile_rows<NV>();
   const float* a[R];
   simd::FwdArgs g{a, 1, 0, 0, nullptr, b ? b + oc0 : nullptr, out, nullptr,
@@ -30,7 +31,7 @@ void linear_forward_columns(float* y, const float* x, const float* w, const floa
   for (int64_t k0 = 0; k0 < in; k0 += kLinearBlock) {
     g.run = std::min(kLinearBlock, in - k0);
     g.w = w + k0 * out + oc0;
-    g.first = k0 == 0;
+    g.first = k0 == 0 && !add;
     g.final = k0 + g.run == in;
     for (int64_t p0 = 0; p0 < batch; p0 += R) {
       const int64_t rows = std::min<int64_t>(R, batch - p0);
@@ -120,6 +121,25 @@ void linear_forward(float* y, const float* x, const float* w, const float* b, in
   }
   Y.rowwise() += ConstRowVec(b, out);
   if (relu) Y = Y.cwiseMax(0.0f);
+#endif
+}
+
+void linear_forward_add(float* y, const float* x, const float* w, int64_t batch, int64_t in,
+                        int64_t out) {
+#if RLPAR_LINEAR_AVX512
+  for_column_tiles(out, [&](auto nv, int64_t oc0) {
+    linear_forward_columns<decltype(nv)::value>(y, x, w, nullptr, batch, in, out, oc0, false,
+                                                true);
+  });
+#else
+  MatMap Y(y, batch, out);
+  ConstMatMap X(x, batch, in);
+  ConstMatMap W(w, in, out);
+  if (batch <= kSmallBatch) {
+    for (int64_t r = 0; r < batch; ++r) Y.row(r).noalias() += X.row(r) * W;  // GEMV, as above
+  } else {
+    Y.noalias() += X * W;
+  }
 #endif
 }
 

@@ -48,10 +48,9 @@ void forward(const LstmDims& d, const float* x, const float* wx, const float* wh
              float* state_out) {
   const int64_t N = d.seqs, H = d.hidden, G = 4 * H;
   // Input projections of every step in one GEMM: gates = x Wx + b, then + h Wh step by step.
-  MatMap A(tape.gates, d.rows(), G);
-  A.noalias() = ConstMatMap(x, d.rows(), d.in) * ConstMatMap(wx, d.in, G);
-  A.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b, G);
-  ConstMatMap Wh(wh, H, G);
+  // The linear kernels read the weights in place (no packed copy per call, which dominated an
+  // actor's one-step call) and sum each row in a fixed order whatever the number of rows.
+  layers::linear_forward(tape.gates, x, wx, b, d.rows(), d.in, G, false);
   for (int64_t t = 0; t < d.steps; ++t) {
     const int64_t r0 = t * N;
     float* hp = tape.h_prev + r0 * H;
@@ -67,7 +66,7 @@ void forward(const LstmDims& d, const float* x, const float* wx, const float* wh
       zero_reset_rows(cp, resets + r0, N, H);
     }
     float* a = tape.gates + r0 * G;
-    MatMap(a, N, G).noalias() += ConstMatMap(hp, N, H) * Wh;
+    layers::linear_forward_add(a, hp, wh, N, H, G);
     gate(a, N, H, 0) = gate(a, N, H, 0).logistic();
     gate(a, N, H, 1) = gate(a, N, H, 1).logistic();
     gate(a, N, H, 2) = gate(a, N, H, 2).tanh();

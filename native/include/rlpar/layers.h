@@ -12,6 +12,11 @@ namespace rlpar::layers {
 // x: [B, in], w: [in, out], b: [out] -> y: [B, out], then max(y, 0) if `relu`.
 void linear_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
                     int64_t in, int64_t out, bool relu);
+// y: [B, out] += x: [B, in] w: [in, out] (no bias). With the AVX-512 kernels each row's sums run
+// in a fixed order of the inputs whatever the batch (a row gives the same floats in a batch of 1
+// or of 1000), as in linear_forward.
+void linear_forward_add(float* y, const float* x, const float* w, int64_t batch, int64_t in,
+                        int64_t out);
 // Floats of scratch linear_backward needs (may be 0).
 int64_t linear_scratch_floats(int64_t in, int64_t out);
 // dy: [B, out] -> dx: [B, in] (nullable), dw += x^T dy, db += sum_b dy
