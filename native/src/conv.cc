@@ -165,10 +165,20 @@ using namespace simd;
 // Where the patch of each output position starts in an unpadded input, for `count` positions
 // from flat position `p0` (over samples, then oy, then ox).
 void patch_starts(const float** a, const float* x, int64_t p0, int64_t count, const ConvShape& s) {
-  const int64_t pos = s.positions();
+  // One division for the first position, then a step along ox (integer divisions per row cost
+  // as much as the tile's arithmetic for a small conv).
+  const int64_t pos = s.positions(), n = p0 / pos, q = p0 % pos;
+  int64_t oy = q / s.ow, ox = q % s.ow;
+  const float* sample = x + n * sample_size(s);
   for (int64_t r = 0; r < count; ++r) {
-    const int64_t p = p0 + r, n = p / pos, q = p % pos, oy = q / s.ow, ox = q % s.ow;
-    a[r] = x + n * sample_size(s) + (oy * s.stride * s.w + ox * s.stride) * s.c;
+    a[r] = sample + (oy * s.stride * s.w + ox * s.stride) * s.c;
+    if (++ox == s.ow) {
+      ox = 0;
+      if (++oy == s.oh) {
+        oy = 0;
+        sample += sample_size(s);
+      }
+    }
   }
 }
 

@@ -42,17 +42,26 @@ void linear_forward_columns(float* y, const float* x, const float* w, const floa
   }
 }
 
-// dw[:, oc0 .. oc0 + 16 NV] += x^T dy, KR rows of dw at a time, samples in order.
+// Samples per pass of the weight gradient: the pass's dy columns (64 x 64 floats, 16 KiB) stay in
+// L1 while every row tile of dw uses them (measured: the 1024 -> 128 layer at batch 1024 ran at
+// ~70 GFLOP/s streaming all samples per tile).
+constexpr int64_t kDwSamples = 64;
+
+// dw[:, oc0 .. oc0 + 16 NV] += x^T dy, KR rows of dw at a time, samples in order (each tile's
+// accumulators are stored and reloaded between passes, which changes no float).
 template <int NV>
 void linear_weight_grad_columns(float* dw, const float* dy, const float* x, int64_t batch,
                                 int64_t in, int64_t out, int64_t oc0) {
   constexpr int KR = simd::tile_rows<NV>();
-  simd::DwArgs g{nullptr, dy + oc0, nullptr, out, 1, batch, in, 0,
-                 simd::tail_mask(out - oc0 - 16 * (NV - 1))};
-  for (int64_t j = 0; j < in; j += KR) {
-    g.dw = dw + j * out + oc0;
-    g.x = x + j;
-    simd::dw_tile_n<KR, NV>(std::min<int64_t>(KR, in - j), g);
+  for (int64_t n0 = 0; n0 < batch; n0 += kDwSamples) {
+    simd::DwArgs g{nullptr, dy + n0 * out + oc0, nullptr, out, 1,
+                   std::min(kDwSamples, batch - n0), in, 0,
+                   simd::tail_mask(out - oc0 - 16 * (NV - 1))};
+    for (int64_t j = 0; j < in; j += KR) {
+      g.dw = dw + j * out + oc0;
+      g.x = x + n0 * in + j;
+      simd::dw_tile_n<KR, NV>(std::min<int64_t>(KR, in - j), g);
+    }
   }
 }
 
