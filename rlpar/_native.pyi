@@ -9,6 +9,11 @@ import numpy
 import numpy.typing
 import typing
 __all__: list[str] = ['CategoricalSampler', 'Net', 'Snapshot', 'SnapshotStore', 'Tape', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_release_threshold', 'global_norm', 'native_env_names', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
+def simd_kernels() -> bool:
+    """
+    True when Conv2d and Linear run rlpar's AVX-512 kernels (a -march=native build on a CPU with AVX-512), False for the portable Eigen path.
+    """
+
 class ThreadPool:
     """
     Worker threads for intra-op parallelism of one caller's net calls.

@@ -357,12 +357,13 @@ class Net(_native.Net):
       (overwritten, or added to with ``accumulate=True``).
 
     - All three take ``pool=``, an `rlpar.ThreadPool` (keyword only; None: the calling thread
-      alone). With one, the torso (the layers before the core and the heads) runs its batch
-      rows in up to ``pool.threads`` contiguous parts side by side, and backward sums the parts'
-      parameter gradients in part order: a given pool size gives the same results call after
-      call, on any thread; another size may differ in the last bits of the summed gradients.
-      ``torso_parts(pool, batch)`` says how many parts a call makes (small batches stay
-      whole). A net with a Python layer ignores the pool.
+      alone). With one, the torso (the layers before the core and the heads) runs in up to
+      ``pool.threads`` parts side by side: forward by batch rows, backward layer by layer (each
+      part its rows' data gradient and a slice of the weight gradients over the whole batch).
+      Outputs and gradients are the unsplit call's bit for bit, whatever the pool size (AVX-512
+      kernels; the portable build within rounding). ``torso_parts(pool, batch)`` says how many
+      parts a call makes (small batches stay whole). A net with a Python layer ignores the
+      pool.
 
     Non-contiguous ``obs``/``dout`` are copied; everything else that does not match raises
     ``TypeError``/``ValueError`` naming what was expected and what came.

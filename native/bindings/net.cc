@@ -14,6 +14,7 @@
 #include "convert.h"
 #include "gil.h"
 #include "rlpar/thread_pool.h"
+#include "rlpar/layers.h"
 #include "rlpar/net.h"
 #include "snapshot_py.h"
 
@@ -461,6 +462,10 @@ void bind_net(py::module_& m) {
            },
            py::arg("pool"), py::arg("batch"),
            "How many row parts a call with `pool` splits `batch` torso rows into (1: none).");
+
+  m.def("simd_kernels", &rlpar::layers::conv2d_uses_simd,
+        "True when Conv2d and Linear run rlpar's AVX-512 kernels (a -march=native build on a CPU "
+        "with AVX-512), False for the portable Eigen path.");
 
   py::class_<rlpar::ThreadPool>(m, "ThreadPool",
                                 "Worker threads for intra-op parallelism of one caller's net calls.")

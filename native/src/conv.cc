@@ -107,18 +107,20 @@ void gemm_forward(float* y, const float* x, const float* w, const float* b, int6
   }
 }
 
+// dw += the weight gradient (dx == nullptr), or dx = the data gradient (dw == nullptr).
 void gemm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
                    int64_t batch, const ConvShape& s, float* col) {
   const int64_t patch = s.patch(), pos = s.positions(), chunk = col_chunk(s, batch);
-  MatMap DW(dw, patch, s.oc);
-  ConstMatMap W(w, patch, s.oc);
   if (dx != nullptr) std::memset(dx, 0, sizeof(float) * batch * sample_size(s));
   for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
     const int64_t m = std::min(chunk, batch - n0);
     ConstMatMap DY(dy + n0 * pos * s.oc, m * pos, s.oc);
-    im2col(col, x + n0 * sample_size(s), m, s);
-    DW.noalias() += ConstMatMap(col, m * pos, patch).transpose() * DY;
+    if (dw != nullptr) {
+      im2col(col, x + n0 * sample_size(s), m, s);
+      MatMap(dw, patch, s.oc).noalias() += ConstMatMap(col, m * pos, patch).transpose() * DY;
+    }
     if (dx != nullptr) {
+      ConstMatMap W(w, patch, s.oc);
       MatMap(col, m * pos, patch).noalias() = DY * W.transpose();
       col2im_add(dx + n0 * sample_size(s), col, m, s);
     }
@@ -210,29 +212,34 @@ void fast_forward(float* y, const float* x, const float* w, const float* b, int6
   }
 }
 
-// dw += the weight gradient of one unpadded sample, for channels oc0 .. oc0 + 16 NV.
+// dw += the weight gradient of one unpadded sample, for channels oc0 .. oc0 + 16 NV and the
+// patch rows (ky * K * C + j) in [r0, r1). Each weight sums the positions in order, so a slice
+// of rows gives the same floats as the whole.
 template <int NV>
-void dw_sample(float* dw, const float* dy, const float* x, int64_t oc0, const ConvShape& s) {
+void dw_sample(float* dw, const float* dy, const float* x, int64_t oc0, const ConvShape& s,
+               int64_t r0, int64_t r1) {
   constexpr int KR = tile_rows<NV>();
   const int64_t run = s.k * s.c;
   DwArgs g{nullptr, dy + oc0, nullptr, s.oc, s.oh, s.ow, s.stride * s.c, s.stride * s.w * s.c,
            tail_mask(s.oc - oc0 - 16 * (NV - 1))};
-  for (int64_t ky = 0; ky < s.k; ++ky) {
-    for (int64_t j = 0; j < run; j += KR) {
+  for (int64_t ky = r0 / run; ky < s.k && ky * run < r1; ++ky) {
+    const int64_t j_end = std::min(run, r1 - ky * run);
+    for (int64_t j = std::max<int64_t>(0, r0 - ky * run); j < j_end; j += KR) {
       g.dw = dw + (ky * run + j) * s.oc + oc0;
       g.x = x + ky * s.w * s.c + j;
-      dw_tile_n<KR, NV>(std::min<int64_t>(KR, run - j), g);
+      dw_tile_n<KR, NV>(std::min<int64_t>(KR, j_end - j), g);
     }
   }
 }
 
-void fast_weight_grad(float* dw, const float* dy, const float* x, const ConvShape& s) {
+void fast_weight_grad(float* dw, const float* dy, const float* x, const ConvShape& s, int64_t r0,
+                      int64_t r1) {
   for (int64_t oc0 = 0; oc0 < s.oc; oc0 += 16 * kMaxVectors) {
     switch ((std::min<int64_t>(s.oc - oc0, 16 * kMaxVectors) + 15) / 16) {
-      case 1: dw_sample<1>(dw, dy, x, oc0, s); break;
-      case 2: dw_sample<2>(dw, dy, x, oc0, s); break;
-      case 3: dw_sample<3>(dw, dy, x, oc0, s); break;
-      default: dw_sample<4>(dw, dy, x, oc0, s); break;
+      case 1: dw_sample<1>(dw, dy, x, oc0, s, r0, r1); break;
+      case 2: dw_sample<2>(dw, dy, x, oc0, s, r0, r1); break;
+      case 3: dw_sample<3>(dw, dy, x, oc0, s, r0, r1); break;
+      default: dw_sample<4>(dw, dy, x, oc0, s, r0, r1); break;
     }
   }
 }
@@ -319,40 +326,65 @@ void conv2d_forward(float* y, const float* x, const float* w, const float* b, in
 #endif
 }
 
-void conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                     const float* w, int64_t batch, const ConvShape& s, float* scratch) {
+void conv2d_weight_grad(float* dw, float* db, const float* dy, const float* x, int64_t batch,
+                        const ConvShape& s, int64_t part, int64_t parts, float* scratch) {
   const int64_t pos = s.positions();
-  add_column_sums(db, dy, batch * pos, s.oc, s.oc);
 #if RLPAR_CONV_AVX512
-  const int64_t patch = s.patch();
-  float* wt = scratch;  // [OC, patch]
-  if (dx != nullptr) transpose(wt, w, patch, s.oc);
+  const int64_t c0 = s.oc * part / parts, c1 = s.oc * (part + 1) / parts;
+  if (c1 > c0) add_column_sums(db + c0, dy + c0, batch * pos, c1 - c0, s.oc);
+  const int64_t r0 = s.patch() * part / parts, r1 = s.patch() * (part + 1) / parts;
+  if (r1 <= r0) return;
   if (s.pad == 0) {
     for (int64_t n = 0; n < batch; ++n) {
-      fast_weight_grad(dw, dy + n * pos * s.oc, x + n * sample_size(s), s);
-    }
-    if (dx != nullptr) {
-      std::memset(dx, 0, sizeof(float) * batch * sample_size(s));
-      fast_data_grad(dx, dy, wt, batch * pos, s);
+      fast_weight_grad(dw, dy + n * pos * s.oc, x + n * sample_size(s), s, r0, r1);
     }
     return;
   }
   const ConvShape q = unpadded(s);
-  float* xp = scratch + s.oc * patch;
-  float* dxp = xp + sample_size(q);
+  float* xp = scratch + s.oc * s.patch();
   for (int64_t n = 0; n < batch; ++n) {
-    const float* dyn = dy + n * pos * s.oc;
     pad_sample(xp, x + n * sample_size(s), s);
-    fast_weight_grad(dw, dyn, xp, q);
-    if (dx != nullptr) {
-      std::memset(dxp, 0, sizeof(float) * sample_size(q));
-      fast_data_grad(dxp, dyn, wt, pos, q);
-      crop_sample(dx + n * sample_size(s), dxp, s);
-    }
+    fast_weight_grad(dw, dy + n * pos * s.oc, xp, q, r0, r1);
   }
 #else
-  gemm_backward(dx, dw, dy, x, w, batch, s, scratch);
+  (void)parts;
+  if (part != 0) return;  // the GEMM path computes the whole gradient in one part
+  add_column_sums(db, dy, batch * pos, s.oc, s.oc);
+  gemm_backward(nullptr, dw, dy, x, nullptr, batch, s, scratch);
 #endif
+}
+
+void conv2d_data_grad(float* dx, const float* dy, const float* w, int64_t batch,
+                      const ConvShape& s, float* scratch) {
+#if RLPAR_CONV_AVX512
+  const int64_t pos = s.positions();
+  float* wt = scratch;  // [OC, patch]
+  transpose(wt, w, s.patch(), s.oc);
+  // Sample by sample (tiles never straddle two samples), so that any split of the batch by
+  // samples adds the same contributions in the same order.
+  if (s.pad == 0) {
+    std::memset(dx, 0, sizeof(float) * batch * sample_size(s));
+    for (int64_t n = 0; n < batch; ++n) {
+      fast_data_grad(dx + n * sample_size(s), dy + n * pos * s.oc, wt, pos, s);
+    }
+    return;
+  }
+  const ConvShape q = unpadded(s);
+  float* dxp = scratch + s.oc * s.patch() + sample_size(q);
+  for (int64_t n = 0; n < batch; ++n) {
+    std::memset(dxp, 0, sizeof(float) * sample_size(q));
+    fast_data_grad(dxp, dy + n * pos * s.oc, wt, pos, q);
+    crop_sample(dx + n * sample_size(s), dxp, s);
+  }
+#else
+  gemm_backward(dx, nullptr, dy, nullptr, w, batch, s, scratch);
+#endif
+}
+
+void conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                     const float* w, int64_t batch, const ConvShape& s, float* scratch) {
+  conv2d_weight_grad(dw, db, dy, x, batch, s, 0, 1, scratch);
+  if (dx != nullptr) conv2d_data_grad(dx, dy, w, batch, s, scratch);
 }
 
 }  // namespace rlpar::layers

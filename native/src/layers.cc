@@ -49,18 +49,19 @@ constexpr int64_t kDwSamples = 64;
 
 // dw[:, oc0 .. oc0 + 16 NV] += x^T dy, KR rows of dw at a time, samples in order (each tile's
 // accumulators are stored and reloaded between passes, which changes no float).
+// Rows j0 .. j1 of dw only (any slice gives the floats of the whole).
 template <int NV>
 void linear_weight_grad_columns(float* dw, const float* dy, const float* x, int64_t batch,
-                                int64_t in, int64_t out, int64_t oc0) {
+                                int64_t in, int64_t out, int64_t oc0, int64_t j0, int64_t j1) {
   constexpr int KR = simd::tile_rows<NV>();
   for (int64_t n0 = 0; n0 < batch; n0 += kDwSamples) {
     simd::DwArgs g{nullptr, dy + n0 * out + oc0, nullptr, out, 1,
                    std::min(kDwSamples, batch - n0), in, 0,
                    simd::tail_mask(out - oc0 - 16 * (NV - 1))};
-    for (int64_t j = 0; j < in; j += KR) {
+    for (int64_t j = j0; j < j1; j += KR) {
       g.dw = dw + j * out + oc0;
       g.x = x + n0 * in + j;
-      simd::dw_tile_n<KR, NV>(std::min<int64_t>(KR, in - j), g);
+      simd::dw_tile_n<KR, NV>(std::min<int64_t>(KR, j1 - j), g);
     }
   }
 }
@@ -162,17 +163,27 @@ int64_t linear_scratch_floats(int64_t in, int64_t out) {
 #endif
 }
 
-void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                     const float* w, int64_t batch, int64_t in, int64_t out, float* scratch) {
+void linear_weight_grad(float* dw, float* db, const float* dy, const float* x, int64_t batch,
+                        int64_t in, int64_t out, int64_t part, int64_t parts) {
 #if RLPAR_LINEAR_AVX512
-  for_column_tiles(out, [&](auto nv, int64_t oc0) {
-    linear_weight_grad_columns<decltype(nv)::value>(dw, dy, x, batch, in, out, oc0);
-  });
+  const int64_t j0 = in * part / parts, j1 = in * (part + 1) / parts;
+  if (j1 > j0) {
+    for_column_tiles(out, [&](auto nv, int64_t oc0) {
+      linear_weight_grad_columns<decltype(nv)::value>(dw, dy, x, batch, in, out, oc0, j0, j1);
+    });
+  }
+  const int64_t o0 = out * part / parts, o1 = out * (part + 1) / parts;
+  if (o1 > o0) add_column_sums(db + o0, dy + o0, batch, o1 - o0, out);
 #else
+  (void)parts;
+  if (part != 0) return;  // Eigen's GEMM computes the whole gradient in one part
   MatMap(dw, in, out).noalias() += ConstMatMap(x, batch, in).transpose() * ConstMatMap(dy, batch, out);
-#endif
   add_column_sums(db, dy, batch, out, out);
-  if (dx == nullptr) return;
+#endif
+}
+
+void linear_data_grad(float* dx, const float* dy, const float* w, int64_t batch, int64_t in,
+                      int64_t out, float* scratch) {
 #if RLPAR_LINEAR_AVX512
   if (out >= kDotMinOut) return linear_data_grad_dots(dx, dy, w, batch, in, out);
   // dx = dy w^T: the forward kernel over the transposed weight.
@@ -186,6 +197,12 @@ void linear_backward(float* dx, float* dw, float* db, const float* dy, const flo
   MatMap(dx, batch, in).noalias() =
       ConstMatMap(dy, batch, out) * ConstMatMap(w, in, out).transpose();
 #endif
+}
+
+void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                     const float* w, int64_t batch, int64_t in, int64_t out, float* scratch) {
+  linear_weight_grad(dw, db, dy, x, batch, in, out, 0, 1);
+  if (dx != nullptr) linear_data_grad(dx, dy, w, batch, in, out, scratch);
 }
 
 void add_column_sums(float* acc, const float* x, int64_t rows, int64_t cols, int64_t stride) {

@@ -246,7 +246,6 @@ Net::Net(NetSpec spec) : spec_(std::move(spec)), pool_(std::make_shared<Workspac
     layers_.push_back(std::move(L));
   }
   shapes_.push_back(cur);
-  torso_params_ = num_params_;
   for (size_t i = 1; i < layers_.size(); ++i) {
     const LayerKind prev = layers_[i - 1].kind;
     if (layers_[i].kind == LayerKind::ReLU &&
@@ -430,8 +429,8 @@ namespace {
 // LSTM workspace slots, after the activations (Net::core_slot).
 enum : size_t { kCoreH = 0, kCoreGates, kCoreHPrev, kCoreCPrev, kCoreC, kCoreTanhC, kCoreResets,
                 kCoreDGates, kCoreDState, kCoreSlots };
-// Slots of each torso part after the first (Net::part_slot): its scratch, its gradient buffer.
-enum : size_t { kPartScratch = 0, kPartGrad, kPartSlots };
+// Slots of each torso part after the first (Net::part_slot): its scratch.
+enum : size_t { kPartScratch = 0, kPartSlots };
 // A part gets at least this much work (flops, ~0.1 ms): waking the workers costs microseconds,
 // so splitting a small batch costs more than it saves (measured: an MLP learner step of
 // [20, 32] rows ran at x0.9 of one thread when split in two).
@@ -677,9 +676,12 @@ const float* Net::core_backward(const float* params, float* dh, float* grad, flo
 }
 
 // The torso, last layer first: dy holds the gradient of the torso's output [B, out], `other` is
-// scratch of the same size; they swap roles layer by layer. With a pool, each part of the rows
-// runs on its own: the first adds its parameter gradients into `grad`, the others into their own
-// zeroed buffers, which are then added to `grad` in part order (split over the parameters).
+// scratch of the same size; they swap roles layer by layer. With a pool the layers still run in
+// turn, each split into parts at once: part p computes the data gradient (and the activations'
+// backward) of its batch rows, and a contiguous slice of the layer's weight and bias gradients
+// over the whole batch. Every float is then summed in the order the whole call sums it, so the
+// result is the same bit for bit whatever the pool (tested), and no part needs a gradient
+// buffer of its own.
 void Net::torso_backward(const float* params, float* dy, float* other, float* grad, Workspace& ws,
                          ThreadPool* pool) const {
   const int64_t batch = ws.batch, parts = torso_parts(pool, batch);
@@ -688,38 +690,59 @@ void Net::torso_backward(const float* params, float* dy, float* other, float* gr
                         ws.get(kCol, part_scratch_floats(batch, true)));
     return;
   }
-  const int64_t rows = (batch + parts - 1) / parts, n = torso_params_;
+  const int64_t rows = (batch + parts - 1) / parts;
   float* scratch[kMaxParts];
-  float* grads[kMaxParts];
   for (int64_t p = 0; p < parts; ++p) {
-    scratch[p] = ws.get(p == 0 ? kCol : part_slot(p, kPartScratch), part_scratch_floats(rows, true));
-    grads[p] = p == 0 ? grad : ws.get(part_slot(p, kPartGrad), n);
+    // Part 0 may compute a GEMM path's whole weight gradient: scratch for the whole batch.
+    scratch[p] = ws.get(p == 0 ? kCol : part_slot(p, kPartScratch),
+                        part_scratch_floats(p == 0 ? batch : rows, true));
   }
-  // The layers' gradients have other row sizes than the torso's output, so in the shared
-  // buffers one part's rows would overlap another's. Each part first copies its rows of dy to the
-  // start of its own region of `other` (rows x max_activation_ floats), then works only in its
-  // regions of the two buffers, rows packed from the region's start.
-  const int64_t top = shape_numel(shapes_.back()), row = max_activation_;
-  pool->run(parts, [&](int64_t p) {
-    int64_t r0, r1;
-    split_range(batch, parts, p, &r0, &r1);
-    if (p > 0) std::memset(grads[p], 0, sizeof(float) * n);
-    std::memcpy(other + r0 * row, dy + r0 * top, sizeof(float) * (r1 - r0) * top);
-  });
-  pool->run(parts, [&](int64_t p) {
-    int64_t r0, r1;
-    split_range(batch, parts, p, &r0, &r1);
-    torso_backward_rows(params, other + r0 * row, dy + r0 * row, grads[p], ws, r0, r1,
-                        scratch[p]);
-  });
-  pool->run(parts, [&](int64_t p) {
-    int64_t j0, j1;
-    split_range(n, parts, p, &j0, &j1);
-    for (int64_t q = 1; q < parts; ++q) {
-      const float* src = grads[q];
-      for (int64_t j = j0; j < j1; ++j) grad[j] += src[j];
-    }
-  });
+  float* g[2] = {dy, other};
+  int cur = 0;  // g[cur] holds the gradient of the current layer's output
+  for (size_t k = layers_.size(); k-- > 0;) {
+    const Layer& l = layers_[k];
+    if (l.kind == LayerKind::Flatten) continue;  // same memory, same gradient
+    const bool need_dx = k > 0;
+    const int64_t out_n = shape_numel(l.out), in_n = shape_numel(l.in);
+    const float* d = g[cur];
+    float* dx = need_dx ? g[1 - cur] : nullptr;
+    const float* x = ws.act[k];
+    const float* y = ws.act[k + 1];
+    pool->run(parts, [&](int64_t p) {
+      int64_t r0, r1;
+      split_range(batch, parts, p, &r0, &r1);
+      const int64_t n = r1 - r0;
+      switch (l.kind) {
+        case LayerKind::Linear:
+          layers::linear_weight_grad(grad + l.w, grad + l.b, d, x, batch, l.in[0], l.out[0], p,
+                                     parts);
+          if (dx) {
+            layers::linear_data_grad(dx + r0 * in_n, d + r0 * out_n, params + l.w, n, l.in[0],
+                                     l.out[0], scratch[p]);
+          }
+          break;
+        case LayerKind::Conv2d:
+          layers::conv2d_weight_grad(grad + l.w, grad + l.b, d, x, batch, l.conv, p, parts,
+                                     scratch[p]);
+          if (dx) {
+            layers::conv2d_data_grad(dx + r0 * in_n, d + r0 * out_n, params + l.w, n, l.conv,
+                                     scratch[p]);
+          }
+          break;
+        case LayerKind::ReLU:
+          if (dx) layers::relu_backward(dx + r0 * in_n, d + r0 * out_n, y + r0 * out_n, n * out_n);
+          break;
+        case LayerKind::Tanh:
+          if (dx) layers::tanh_backward(dx + r0 * in_n, d + r0 * out_n, y + r0 * out_n, n * out_n);
+          break;
+        case LayerKind::External:  // never split (torso_parts)
+        case LayerKind::Flatten:
+          break;
+      }
+    });
+    if (!need_dx) break;
+    cur = 1 - cur;
+  }
 }
 
 // The torso's backward for batch rows [r0, r1): dy holds those rows' output gradient, `other` is

@@ -20,8 +20,17 @@ void linear_forward_add(float* y, const float* x, const float* w, int64_t batch,
 // Floats of scratch linear_backward needs (may be 0).
 int64_t linear_scratch_floats(int64_t in, int64_t out);
 // dy: [B, out] -> dx: [B, in] (nullable), dw += x^T dy, db += sum_b dy
+// = linear_weight_grad(part 0 of 1), then linear_data_grad.
 void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
                      const float* w, int64_t batch, int64_t in, int64_t out, float* scratch);
+// Part `part` of `parts` of dw += x^T dy and db += sum_b dy: a contiguous slice of dw's rows and
+// of db, summing the samples in order (the parts together give the floats of the whole; the
+// Eigen path computes everything in part 0).
+void linear_weight_grad(float* dw, float* db, const float* dy, const float* x, int64_t batch,
+                        int64_t in, int64_t out, int64_t part, int64_t parts);
+// dx = dy w^T (rows independent).
+void linear_data_grad(float* dx, const float* dy, const float* w, int64_t batch, int64_t in,
+                      int64_t out, float* scratch);
 
 struct ConvShape {
   int64_t h, w, c;        // input, channels last
@@ -45,8 +54,20 @@ bool conv2d_uses_simd();
 void conv2d_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
                     const ConvShape& s, bool relu, float* scratch);
 // dy: [B, OH, OW, OC] -> dx: [B, H, W, C] (nullable), dw += ..., db += ...
+// = conv2d_weight_grad(part 0 of 1), then conv2d_data_grad.
 void conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
                      const float* w, int64_t batch, const ConvShape& s, float* scratch);
+// Part `part` of `parts` of dw += ... and db += ... over all `batch` samples: a contiguous slice
+// of the weight's patch rows and of the bias. With the AVX-512 kernels every weight sums the
+// samples and positions in order, so the parts together give the floats of the whole (the GEMM
+// path computes everything in part 0). Parts touch disjoint memory and may run at once, each
+// with its own scratch.
+void conv2d_weight_grad(float* dw, float* db, const float* dy, const float* x, int64_t batch,
+                        const ConvShape& s, int64_t part, int64_t parts, float* scratch);
+// dx = the data gradient of `batch` samples (rows independent: any split by samples gives the
+// same floats).
+void conv2d_data_grad(float* dx, const float* dy, const float* w, int64_t batch,
+                      const ConvShape& s, float* scratch);
 
 // acc[j] += sum_r x[r * stride + j] for j < cols, summing rows in order. Written out instead of
 // Eigen's colwise().sum(), whose summation order depends on the alignment of `acc` (a caller's

@@ -22,10 +22,12 @@
 // the same calls (the state is ignored) and pay nothing for them.
 //
 // Intra-op parallelism: forward_seq / forward_train_seq / backward take an optional ThreadPool
-// (rlpar/thread_pool.h). With one, the torso (every layer before the LSTM core and the heads)
-// runs its batch rows in contiguous parts, one task each; backward sums the parts' parameter
-// gradients in part order. The parts depend only on the pool's size, the batch and the net, so a
-// given pool size gives the same results call after call, on any thread. The core and the heads,
+// (rlpar/thread_pool.h). With one, the torso (every layer before the LSTM core and the heads) is
+// split into parts that run at once: the forward by batch rows; the backward layer by layer, each
+// part computing its rows' data gradient and a slice of the layer's weight and bias gradients
+// over the whole batch. With the AVX-512 kernels every float is summed in the order of the call
+// without a pool, so results are the same bit for bit whatever the pool (the portable GEMM path
+// may differ in the last bits, but a given pool size repeats itself). The core and the heads,
 // which are small next to a conv torso, run on the calling thread. Without a pool (or for a net
 // with a Python layer) the call runs on the calling thread alone.
 //
@@ -248,7 +250,6 @@ class Net {
   std::vector<OutputInfo> outputs_;
   std::vector<int64_t> head_weight_offset_, head_bias_offset_, head_logstd_offset_;
   int64_t num_params_ = 0;
-  int64_t torso_params_ = 0;  // the layers' parameters come first: [0, torso_params_)
   int64_t output_size_ = 0;
   int64_t feature_size_ = 0;
   int64_t core_in_ = 0;                       // LSTM input features (the torso's output)
