@@ -295,7 +295,8 @@ def learner_split(net: rlpar.Net, pool: rlpar.ShardPool | None, batch: rlpar.Bat
     ``"shards"`` (one column shard per thread); ``pool.split`` chooses, and "auto" picks:
 
     rows for nets with a conv torso, which is nearly all of their step (measured on 2 cores,
-    Nature torso [20, 32]: rows x1.7-2.0 of one thread, shards about the same or less);
+    Nature torso [20, 32]: rows x1.4-2.0 of one thread, shards within noise of it, while rows
+    runs the step's Python once);
     shards for nets on flat inputs, where the loss and the heads (which rows run once) or an
     LSTM core (sequential in time) are a large share of the step (an MLP on [20, 256]: shards
     x1.5-1.9, rows x1.2)."""
