@@ -330,9 +330,10 @@ void conv2d_weight_grad(float* dw, float* db, const float* dy, const float* x, i
                         const ConvShape& s, int64_t part, int64_t parts, float* scratch) {
   const int64_t pos = s.positions();
 #if RLPAR_CONV_AVX512
-  const int64_t c0 = s.oc * part / parts, c1 = s.oc * (part + 1) / parts;
+  int64_t c0, c1, r0, r1;
+  split_range(s.oc, parts, part, &c0, &c1);
+  split_range(s.patch(), parts, part, &r0, &r1);
   if (c1 > c0) add_column_sums(db + c0, dy + c0, batch * pos, c1 - c0, s.oc);
-  const int64_t r0 = s.patch() * part / parts, r1 = s.patch() * (part + 1) / parts;
   if (r1 <= r0) return;
   if (s.pad == 0) {
     for (int64_t n = 0; n < batch; ++n) {
@@ -379,12 +380,6 @@ void conv2d_data_grad(float* dx, const float* dy, const float* w, int64_t batch,
 #else
   gemm_backward(dx, nullptr, dy, nullptr, w, batch, s, scratch);
 #endif
-}
-
-void conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                     const float* w, int64_t batch, const ConvShape& s, float* scratch) {
-  conv2d_weight_grad(dw, db, dy, x, batch, s, 0, 1, scratch);
-  if (dx != nullptr) conv2d_data_grad(dx, dy, w, batch, s, scratch);
 }
 
 }  // namespace rlpar::layers

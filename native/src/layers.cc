@@ -166,13 +166,14 @@ int64_t linear_scratch_floats(int64_t in, int64_t out) {
 void linear_weight_grad(float* dw, float* db, const float* dy, const float* x, int64_t batch,
                         int64_t in, int64_t out, int64_t part, int64_t parts) {
 #if RLPAR_LINEAR_AVX512
-  const int64_t j0 = in * part / parts, j1 = in * (part + 1) / parts;
+  int64_t j0, j1, o0, o1;
+  split_range(in, parts, part, &j0, &j1);
+  split_range(out, parts, part, &o0, &o1);
   if (j1 > j0) {
     for_column_tiles(out, [&](auto nv, int64_t oc0) {
       linear_weight_grad_columns<decltype(nv)::value>(dw, dy, x, batch, in, out, oc0, j0, j1);
     });
   }
-  const int64_t o0 = out * part / parts, o1 = out * (part + 1) / parts;
   if (o1 > o0) add_column_sums(db + o0, dy + o0, batch, o1 - o0, out);
 #else
   (void)parts;
@@ -197,12 +198,6 @@ void linear_data_grad(float* dx, const float* dy, const float* w, int64_t batch,
   MatMap(dx, batch, in).noalias() =
       ConstMatMap(dy, batch, out) * ConstMatMap(w, in, out).transpose();
 #endif
-}
-
-void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                     const float* w, int64_t batch, int64_t in, int64_t out, float* scratch) {
-  linear_weight_grad(dw, db, dy, x, batch, in, out, 0, 1);
-  if (dx != nullptr) linear_data_grad(dx, dy, w, batch, in, out, scratch);
 }
 
 void add_column_sums(float* acc, const float* x, int64_t rows, int64_t cols, int64_t stride) {

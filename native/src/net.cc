@@ -429,16 +429,30 @@ namespace {
 // LSTM workspace slots, after the activations (Net::core_slot).
 enum : size_t { kCoreH = 0, kCoreGates, kCoreHPrev, kCoreCPrev, kCoreC, kCoreTanhC, kCoreResets,
                 kCoreDGates, kCoreDState, kCoreSlots };
-// Slots of each torso part after the first (Net::part_slot): its scratch.
-enum : size_t { kPartScratch = 0, kPartSlots };
 // A part gets at least this much work (flops, ~0.1 ms): waking the workers costs microseconds,
 // so splitting a small batch costs more than it saves (measured: an MLP learner step of
 // [20, 32] rows ran at x0.9 of one thread when split in two).
 constexpr double kMinPartFlops = 1e7;
+
+// fn(0) on the calling thread when there is one part, else fn(0 .. parts - 1) on the pool (by
+// reference: std::function keeps a reference_wrapper without allocating).
+template <typename Fn>
+void run_parts(ThreadPool* pool, int64_t parts, Fn& fn) {
+  if (parts == 1) {
+    fn(0);
+  } else {
+    pool->run(parts, std::ref(fn));
+  }
+}
 }  // namespace
 
-size_t Net::part_slot(int64_t part, size_t k) const {
-  return core_slot(kCoreSlots) + static_cast<size_t>(part - 1) * kPartSlots + k;
+// Scratch of each torso part: part 0 uses kCol, part p > 0 its own slot after the core's.
+void Net::part_scratch(Workspace& ws, int64_t parts, int64_t first_floats, int64_t floats,
+                       float** scratch) const {
+  scratch[0] = ws.get(kCol, first_floats);
+  for (int64_t p = 1; p < parts; ++p) {
+    scratch[p] = ws.get(core_slot(kCoreSlots) + static_cast<size_t>(p - 1), floats);
+  }
 }
 
 int64_t Net::torso_parts(const ThreadPool* pool, int64_t batch) const {
@@ -489,20 +503,15 @@ void Net::run_torso(const float* params, const void* input, Workspace& ws,
                         : ws.get(kActBase + i + 1, batch * shape_numel(l.out));
   }
   const int64_t parts = torso_parts(pool, batch);
-  if (parts == 1) {
-    torso_rows(params, input, ws, 0, batch, ws.get(kCol, part_scratch_floats(batch, false)));
-    return;
-  }
-  const int64_t rows = (batch + parts - 1) / parts;
+  const int64_t floats = part_scratch_floats((batch + parts - 1) / parts, false);
   float* scratch[kMaxParts];
-  for (int64_t p = 0; p < parts; ++p) {
-    scratch[p] = ws.get(p == 0 ? kCol : part_slot(p, kPartScratch), part_scratch_floats(rows, false));
-  }
-  pool->run(parts, [&](int64_t p) {
+  part_scratch(ws, parts, floats, floats, scratch);
+  auto part = [&](int64_t p) {
     int64_t r0, r1;
-    split_range(batch, parts, p, &r0, &r1);
+    layers::split_range(batch, parts, p, &r0, &r1);
     torso_rows(params, input, ws, r0, r1, scratch[p]);
-  });
+  };
+  run_parts(pool, parts, part);
 }
 
 // The torso for batch rows [r0, r1): the input conversion, then each layer, on those rows of
@@ -676,27 +685,18 @@ const float* Net::core_backward(const float* params, float* dh, float* grad, flo
 }
 
 // The torso, last layer first: dy holds the gradient of the torso's output [B, out], `other` is
-// scratch of the same size; they swap roles layer by layer. With a pool the layers still run in
-// turn, each split into parts at once: part p computes the data gradient (and the activations'
-// backward) of its batch rows, and a contiguous slice of the layer's weight and bias gradients
-// over the whole batch. Every float is then summed in the order the whole call sums it, so the
-// result is the same bit for bit whatever the pool (tested), and no part needs a gradient
-// buffer of its own.
+// scratch of the same size; they swap roles layer by layer. With a pool each layer is split into
+// parts that run at once: part p computes the data gradient (or the activation's backward) of
+// its batch rows, and a contiguous slice of the layer's weight and bias gradients over the whole
+// batch. Every float is then summed in the order of the unsplit call (one part), so the result is
+// the same bit for bit whatever the pool (tested), and no part needs a gradient buffer.
 void Net::torso_backward(const float* params, float* dy, float* other, float* grad, Workspace& ws,
                          ThreadPool* pool) const {
   const int64_t batch = ws.batch, parts = torso_parts(pool, batch);
-  if (parts == 1) {
-    torso_backward_rows(params, dy, other, grad, ws, 0, batch,
-                        ws.get(kCol, part_scratch_floats(batch, true)));
-    return;
-  }
-  const int64_t rows = (batch + parts - 1) / parts;
   float* scratch[kMaxParts];
-  for (int64_t p = 0; p < parts; ++p) {
-    // Part 0 may compute a GEMM path's whole weight gradient: scratch for the whole batch.
-    scratch[p] = ws.get(p == 0 ? kCol : part_slot(p, kPartScratch),
-                        part_scratch_floats(p == 0 ? batch : rows, true));
-  }
+  // Part 0 may compute a GEMM path's whole weight gradient: scratch for the whole batch.
+  part_scratch(ws, parts, part_scratch_floats(batch, true),
+               part_scratch_floats((batch + parts - 1) / parts, true), scratch);
   float* g[2] = {dy, other};
   int cur = 0;  // g[cur] holds the gradient of the current layer's output
   for (size_t k = layers_.size(); k-- > 0;) {
@@ -708,81 +708,47 @@ void Net::torso_backward(const float* params, float* dy, float* other, float* gr
     float* dx = need_dx ? g[1 - cur] : nullptr;
     const float* x = ws.act[k];
     const float* y = ws.act[k + 1];
-    pool->run(parts, [&](int64_t p) {
+    auto part = [&](int64_t p) {
       int64_t r0, r1;
-      split_range(batch, parts, p, &r0, &r1);
+      layers::split_range(batch, parts, p, &r0, &r1);
       const int64_t n = r1 - r0;
+      float* dx_rows = dx ? dx + r0 * in_n : nullptr;
       switch (l.kind) {
         case LayerKind::Linear:
           layers::linear_weight_grad(grad + l.w, grad + l.b, d, x, batch, l.in[0], l.out[0], p,
                                      parts);
           if (dx) {
-            layers::linear_data_grad(dx + r0 * in_n, d + r0 * out_n, params + l.w, n, l.in[0],
-                                     l.out[0], scratch[p]);
+            layers::linear_data_grad(dx_rows, d + r0 * out_n, params + l.w, n, l.in[0], l.out[0],
+                                     scratch[p]);
           }
           break;
         case LayerKind::Conv2d:
           layers::conv2d_weight_grad(grad + l.w, grad + l.b, d, x, batch, l.conv, p, parts,
                                      scratch[p]);
           if (dx) {
-            layers::conv2d_data_grad(dx + r0 * in_n, d + r0 * out_n, params + l.w, n, l.conv,
+            layers::conv2d_data_grad(dx_rows, d + r0 * out_n, params + l.w, n, l.conv,
                                      scratch[p]);
           }
           break;
         case LayerKind::ReLU:
-          if (dx) layers::relu_backward(dx + r0 * in_n, d + r0 * out_n, y + r0 * out_n, n * out_n);
+          if (dx) layers::relu_backward(dx_rows, d + r0 * out_n, y + r0 * out_n, n * out_n);
           break;
         case LayerKind::Tanh:
-          if (dx) layers::tanh_backward(dx + r0 * in_n, d + r0 * out_n, y + r0 * out_n, n * out_n);
+          if (dx) layers::tanh_backward(dx_rows, d + r0 * out_n, y + r0 * out_n, n * out_n);
           break;
-        case LayerKind::External:  // never split (torso_parts)
+        case LayerKind::External:
+          // One part only (torso_parts). A Python layer has no native parameters: at the
+          // bottom of the net nothing needs it.
+          if (dx) {
+            l.external->backward(x + r0 * in_n, y + r0 * out_n, d + r0 * out_n, dx_rows, l.in,
+                                 l.out, n);
+          }
+          break;
         case LayerKind::Flatten:
           break;
       }
-    });
-    if (!need_dx) break;
-    cur = 1 - cur;
-  }
-}
-
-// The torso's backward for batch rows [r0, r1): dy holds those rows' output gradient, `other` is
-// scratch as large (rows of any layer, packed from the start).
-void Net::torso_backward_rows(const float* params, float* dy, float* other, float* grad,
-                              Workspace& ws, int64_t r0, int64_t r1, float* scratch) const {
-  const int64_t rows = r1 - r0;
-  float* g[2] = {dy, other};
-  int cur = 0;  // g[cur] holds the gradient of the current layer's output
-  for (size_t k = layers_.size(); k-- > 0;) {
-    const Layer& l = layers_[k];
-    const bool need_dx = k > 0;
-    if (l.kind == LayerKind::Flatten) continue;  // same memory, same gradient
-    const int64_t out_n = shape_numel(l.out), in_n = shape_numel(l.in);
-    const float* d = g[cur];
-    float* dx = need_dx ? g[1 - cur] : nullptr;
-    const float* x = ws.act[k] + r0 * in_n;
-    const float* y = ws.act[k + 1] + r0 * out_n;
-    switch (l.kind) {
-      case LayerKind::Linear:
-        layers::linear_backward(dx, grad + l.w, grad + l.b, d, x, params + l.w, rows, l.in[0],
-                                l.out[0], dx ? scratch : nullptr);
-        break;
-      case LayerKind::Conv2d:
-        layers::conv2d_backward(dx, grad + l.w, grad + l.b, d, x, params + l.w, rows, l.conv,
-                                scratch);
-        break;
-      case LayerKind::ReLU:
-        if (dx) layers::relu_backward(dx, d, y, rows * out_n);
-        break;
-      case LayerKind::Tanh:
-        if (dx) layers::tanh_backward(dx, d, y, rows * out_n);
-        break;
-      case LayerKind::External:
-        // A Python layer has no native parameters: at the bottom of the net nothing needs it.
-        if (dx) l.external->backward(x, y, d, dx, l.in, l.out, rows);
-        break;
-      case LayerKind::Flatten:
-        break;
-    }
+    };
+    run_parts(pool, parts, part);
     if (!need_dx) break;
     cur = 1 - cur;
   }

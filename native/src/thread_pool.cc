@@ -17,9 +17,9 @@ struct RunningScope {
 }  // namespace
 
 ThreadPool::ThreadPool(int64_t threads) {
-  if (threads < 1 || threads > 1024) {
-    throw std::invalid_argument("ThreadPool needs 1 to 1024 threads, got " +
-                                std::to_string(threads));
+  if (threads < 1 || threads > kMaxThreads) {
+    throw std::invalid_argument("threads: expected an integer from 1 to " +
+                                std::to_string(kMaxThreads) + ", got " + std::to_string(threads));
   }
   workers_.reserve(static_cast<size_t>(threads - 1));
   for (int64_t i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });

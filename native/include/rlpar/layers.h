@@ -1,13 +1,20 @@
 // rlpar/layers.h — forward/backward kernels over raw pointers (row-major, batch first).
 //
-// Each backward *adds* parameter gradients into dw/db (the caller zeroes the flat gradient once)
-// and *writes* the input gradient dx (pass dx = nullptr when it is not needed, e.g. for the first
-// layer, whose input is data).
+// A parametrised layer's backward is two calls: *_weight_grad *adds* parameter gradients into
+// dw/db (the caller zeroes the flat gradient once), *_data_grad *writes* the input gradient dx
+// (skipped when it is not needed, e.g. for the first layer, whose input is data).
 #pragma once
 
 #include <cstdint>
 
 namespace rlpar::layers {
+
+// [begin, end) of part `i` when `n` items are split into `parts` contiguous parts whose sizes
+// differ by at most one (the split of the *_weight_grad calls, and of the net's batch rows).
+inline void split_range(int64_t n, int64_t parts, int64_t i, int64_t* begin, int64_t* end) {
+  *begin = n * i / parts;
+  *end = n * (i + 1) / parts;
+}
 
 // x: [B, in], w: [in, out], b: [out] -> y: [B, out], then max(y, 0) if `relu`.
 void linear_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
@@ -17,18 +24,15 @@ void linear_forward(float* y, const float* x, const float* w, const float* b, in
 // or of 1000), as in linear_forward.
 void linear_forward_add(float* y, const float* x, const float* w, int64_t batch, int64_t in,
                         int64_t out);
-// Floats of scratch linear_backward needs (may be 0).
+// Floats of scratch linear_data_grad needs (may be 0).
 int64_t linear_scratch_floats(int64_t in, int64_t out);
-// dy: [B, out] -> dx: [B, in] (nullable), dw += x^T dy, db += sum_b dy
-// = linear_weight_grad(part 0 of 1), then linear_data_grad.
-void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                     const float* w, int64_t batch, int64_t in, int64_t out, float* scratch);
+// The backward of dy: [B, out] is linear_weight_grad (all parts) and linear_data_grad.
 // Part `part` of `parts` of dw += x^T dy and db += sum_b dy: a contiguous slice of dw's rows and
 // of db, summing the samples in order (the parts together give the floats of the whole; the
 // Eigen path computes everything in part 0).
 void linear_weight_grad(float* dw, float* db, const float* dy, const float* x, int64_t batch,
                         int64_t in, int64_t out, int64_t part, int64_t parts);
-// dx = dy w^T (rows independent).
+// dx: [B, in] = dy w^T (rows independent).
 void linear_data_grad(float* dx, const float* dy, const float* w, int64_t batch, int64_t in,
                       int64_t out, float* scratch);
 
@@ -43,8 +47,8 @@ struct ConvShape {
 // Output spatial size, or <= 0 when the kernel does not fit.
 int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad);
 
-// Floats of scratch that conv2d_forward (backward = false) or conv2d_backward needs for `batch`
-// samples (may be 0).
+// Floats of scratch that conv2d_forward (backward = false) or the backward calls need for
+// `batch` samples (may be 0).
 int64_t conv2d_scratch_floats(const ConvShape& s, int64_t batch, bool backward);
 // True when the conv kernels are the AVX-512 micro-kernels, false for the portable
 // im2col + Eigen GEMM path.
@@ -53,10 +57,7 @@ bool conv2d_uses_simd();
 // x: [B, H, W, C], w: [K, K, C, OC], b: [OC] -> y: [B, OH, OW, OC], then max(y, 0) if `relu`.
 void conv2d_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
                     const ConvShape& s, bool relu, float* scratch);
-// dy: [B, OH, OW, OC] -> dx: [B, H, W, C] (nullable), dw += ..., db += ...
-// = conv2d_weight_grad(part 0 of 1), then conv2d_data_grad.
-void conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                     const float* w, int64_t batch, const ConvShape& s, float* scratch);
+// The backward of dy: [B, OH, OW, OC] is conv2d_weight_grad (all parts) and conv2d_data_grad.
 // Part `part` of `parts` of dw += ... and db += ... over all `batch` samples: a contiguous slice
 // of the weight's patch rows and of the bias. With the AVX-512 kernels every weight sums the
 // samples and positions in order, so the parts together give the floats of the whole (the GEMM
@@ -64,8 +65,8 @@ void conv2d_backward(float* dx, float* dw, float* db, const float* dy, const flo
 // with its own scratch.
 void conv2d_weight_grad(float* dw, float* db, const float* dy, const float* x, int64_t batch,
                         const ConvShape& s, int64_t part, int64_t parts, float* scratch);
-// dx = the data gradient of `batch` samples (rows independent: any split by samples gives the
-// same floats).
+// dx: [B, H, W, C] = the data gradient of `batch` samples (samples independent: any split by
+// samples gives the same floats).
 void conv2d_data_grad(float* dx, const float* dy, const float* w, int64_t batch,
                       const ConvShape& s, float* scratch);
 

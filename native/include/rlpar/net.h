@@ -238,10 +238,9 @@ class Net {
                              Workspace& ws) const;
   void torso_backward(const float* params, float* dy, float* other, float* grad, Workspace& ws,
                       ThreadPool* pool) const;
-  void torso_backward_rows(const float* params, float* dy, float* other, float* grad,
-                           Workspace& ws, int64_t r0, int64_t r1, float* scratch) const;
   size_t core_slot(size_t k) const;
-  size_t part_slot(int64_t part, size_t k) const;
+  void part_scratch(Workspace& ws, int64_t parts, int64_t first_floats, int64_t floats,
+                    float** scratch) const;
 
   NetSpec spec_;
   std::vector<Layer> layers_;

@@ -1,7 +1,7 @@
 // rlpar/thread_pool.h — an explicit pool of worker threads for intra-op parallelism.
 //
 // A learner that owns one passes it to Net::forward_train_seq / Net::backward, which then split
-// the torso's batch rows over the pool's threads (see rlpar/net.h). The pool is never implicit:
+// the torso over the pool's threads (see rlpar/net.h). The pool is never implicit:
 // calls without one run on the calling thread alone, so actor threads are never oversubscribed
 // by a hidden pool. Workers are plain std::threads that never touch Python.
 //
@@ -22,7 +22,10 @@ namespace rlpar {
 
 class ThreadPool {
  public:
-  // threads >= 1 (std::invalid_argument otherwise): the calling thread plus threads - 1 workers.
+  static constexpr int64_t kMaxThreads = 1024;
+
+  // 1 <= threads <= kMaxThreads (std::invalid_argument otherwise): the calling thread plus
+  // threads - 1 workers.
   explicit ThreadPool(int64_t threads);
   ~ThreadPool();  // stops and joins the workers
   ThreadPool(const ThreadPool&) = delete;
@@ -34,7 +37,8 @@ class ThreadPool {
   // every task has finished. Which thread runs which task is not fixed, so a task must write
   // only its own outputs. If tasks throw, the exception of the lowest-numbered failing task is
   // rethrown (after all tasks have ended). Callers on several threads take turns; a call made
-  // from inside a task of this pool runs its tasks inline, on that thread.
+  // from inside a task of this pool, a pool of one thread or a run of one task runs its tasks
+  // inline, in order, on the calling thread (there the first exception ends the run).
   void run(int64_t tasks, const std::function<void(int64_t)>& fn);
 
  private:
@@ -53,12 +57,5 @@ class ThreadPool {
   std::vector<std::exception_ptr> errors_;
   std::vector<std::thread> workers_;
 };
-
-// [begin, end) of part `i` when `n` items are split into `parts` contiguous parts whose sizes
-// differ by at most one.
-inline void split_range(int64_t n, int64_t parts, int64_t i, int64_t* begin, int64_t* end) {
-  *begin = n * i / parts;
-  *end = n * (i + 1) / parts;
-}
 
 }  // namespace rlpar
