@@ -300,7 +300,7 @@ def learner_split(net: rlpar.Net, pool: rlpar.ShardPool | None, batch: rlpar.Bat
     shards for nets on flat inputs, where the loss and the heads (which rows run once) or an
     LSTM core (sequential in time) are a large share of the step (an MLP on [20, 256]: shards
     x1.5-1.9, rows x1.2)."""
-    if pool is None or pool.threads == 1 or pool.native is None:
+    if pool is None or pool.threads == 1:
         return "none"
     split = pool.split
     if split == "auto":

@@ -18,7 +18,7 @@ class ThreadPool:
     """
     Worker threads for intra-op parallelism of one caller's net calls.
     """
-    def __init__(self, threads: typing.SupportsInt) -> None:
+    def __init__(self, threads: int) -> None:
         ...
     @property
     def threads(self) -> int:
@@ -44,9 +44,9 @@ class Net:
         ...
     def forward_train(self, params: typing.Any, obs: typing.Any, out: typing.Any = None, release_gil: typing.Any = None, check_finite: bool = False, *, state: typing.Any = None, resets: typing.Any = None, pool: ThreadPool | None = None) -> tuple[numpy.typing.NDArray[numpy.float32], Tape]:
         ...
-    def torso_parts(self, pool: ThreadPool, batch: typing.SupportsInt) -> int:
+    def torso_parts(self, pool: ThreadPool | None, batch: typing.SupportsInt) -> int:
         """
-        How many row parts a call with `pool` splits `batch` torso rows into (1: none).
+        How many parts a call with `pool` splits `batch` torso rows into (1: none; also for pool=None).
         """
     def workspace_stats(self) -> dict:
         ...

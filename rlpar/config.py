@@ -15,6 +15,9 @@ from typing import Any, TypeVar
 
 from rlpar._checks import did_you_mean
 
+#: The ways a learner step can share its threads (`RuntimeConfig.learner_split`).
+LEARNER_SPLITS = ("auto", "rows", "shards")
+
 __all__ = [
     "ConfigError",
     "EnvConfig",
@@ -305,7 +308,7 @@ class RuntimeConfig:
             self.learner_threads,
         )
         _check(
-            self.learner_split in ("auto", "rows", "shards"),
+            self.learner_split in LEARNER_SPLITS,
             "learner_split",
             '"auto", "rows" or "shards"',
             self.learner_split,

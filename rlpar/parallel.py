@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from rlpar import _native
 from rlpar._checks import check_int
+from rlpar.config import LEARNER_SPLITS
 
 __all__ = ["ShardPool", "ThreadPool", "even_slices"]
 
@@ -47,15 +48,18 @@ def even_slices(n: int, parts: int) -> list[slice]:
 class ShardPool:
     """``threads`` - 1 daemon helper threads plus the calling thread, which runs one share of
     every `map` itself, and ``native``: an `rlpar.ThreadPool` of ``threads`` threads (the caller
-    and ``threads`` - 1 native workers) for the net's intra-op parallelism. Not for use by two
-    callers at once (one learner owns it). ``split`` ("auto", "rows" or "shards") tells an agent
-    which of the two ways to use (``runtime.learner_split``)."""
+    and ``threads`` - 1 native workers) for the net's intra-op parallelism, or None when
+    ``split`` is "shards" (or the pool is closed). Not for use by two callers at once (one
+    learner owns it). ``split`` ("auto", "rows" or "shards") tells an agent which of the two
+    ways to use (``runtime.learner_split``)."""
 
     def __init__(
         self, threads: int, name: str = "rlpar-learner-shard", split: str = "auto"
     ) -> None:
         check_int("threads", threads, minimum=1, maximum=_MAX_THREADS)
-        if split not in ("auto", "rows", "shards"):
+        if not isinstance(split, str):
+            raise TypeError(f"split: expected a string, got {type(split).__name__} {split!r}")
+        if split not in LEARNER_SPLITS:
             raise ValueError(f'split: expected "auto", "rows" or "shards", got {split!r}')
         self.threads = threads
         self.split = split
@@ -65,7 +69,9 @@ class ShardPool:
             for i in range(threads - 1)
         ]
         self._closed = False
-        self.native: _native.ThreadPool | None = _native.ThreadPool(threads)
+        self.native: _native.ThreadPool | None = (
+            None if split == "shards" else _native.ThreadPool(threads)
+        )
         for w in self._workers:
             w.start()
 

@@ -232,6 +232,10 @@ def test_learner_split_rules() -> None:
         assert learner_split(mlp, pool, small) == "none"  # 28 rows of a 64-64 MLP
     with pytest.raises(ValueError, match='split: expected "auto", "rows" or "shards", got'):
         ShardPool(2, split="columns")
+    with pytest.raises(TypeError, match="split: expected a string, got int 2"):
+        ShardPool(2, split=2)  # type: ignore[arg-type]
+    with ShardPool(2, split="shards") as pool:
+        assert pool.native is None  # no idle native workers when rows are never split
     with pytest.raises(rlpar.ConfigError, match="learner_split: expected"):
         RuntimeConfig(learner_split="columns")
 

@@ -143,6 +143,12 @@ def test_small_batches_and_python_layers_stay_whole() -> None:
     params, _, _ = data(py_net, 1)
     x = np.random.default_rng(0).standard_normal((300, 32)).astype(np.float32)
     np.testing.assert_array_equal(py_net.forward(params, x, pool=pool), py_net.forward(params, x))
+    dout = np.ones((300, py_net.output_size), np.float32)
+    grads = []
+    for p in (pool, None):
+        _, tape = py_net.forward_train(params, x, pool=p)
+        grads.append(py_net.backward(tape, dout, pool=p))
+    np.testing.assert_array_equal(grads[0], grads[1])
 
 
 def test_bad_pools_are_refused() -> None:
@@ -158,8 +164,12 @@ def test_bad_pools_are_refused() -> None:
     _, tape = net.forward_train(params, obs)
     with pytest.raises(TypeError, match="got str"):
         net.backward(tape, dout, pool="threads")
-    for bad in (0, -3, 2000):
-        with pytest.raises(ValueError, match=f"ThreadPool needs 1 to 1024 threads, got {bad}"):
+    with pytest.raises(TypeError, match=r"pool must be an rlpar\.ThreadPool or None, got list"):
+        net.torso_parts([], 8)  # type: ignore[arg-type]
+    assert net.torso_parts(None, 10_000) == 1  # no pool: one part, as the calls do
+    for bad in (0, -3, 2000, 2**80):
+        with pytest.raises(ValueError, match=f"expected an integer from 1 to 1024, got {bad}$"):
             ThreadPool(bad)
-    with pytest.raises(TypeError):
-        ThreadPool("4")  # type: ignore[arg-type]
+    for bad, name in (("4", "str"), (2.0, "float"), (True, "bool"), (None, "NoneType")):
+        with pytest.raises(TypeError, match=f"threads: expected an integer, got {name}"):
+            ThreadPool(bad)  # type: ignore[arg-type]

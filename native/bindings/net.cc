@@ -457,11 +457,12 @@ void bind_net(py::module_& m) {
            py::arg("accumulate") = false, py::arg("release_gil") = py::none(),
            py::arg("check_finite") = false, py::kw_only(), py::arg("pool") = py::none())
       .def("torso_parts",
-           [](const Net& n, const rlpar::ThreadPool& pool, int64_t batch) {
-             return n.torso_parts(&pool, batch);
+           [](const Net& n, py::handle pool, int64_t batch) {
+             return n.torso_parts(pool_arg(pool), batch);
            },
            py::arg("pool"), py::arg("batch"),
-           "How many row parts a call with `pool` splits `batch` torso rows into (1: none).");
+           "How many parts a call with `pool` splits `batch` torso rows into (1: none; also for "
+           "pool=None).");
 
   m.def("simd_kernels", &rlpar::layers::conv2d_uses_simd,
         "True when Conv2d and Linear run rlpar's AVX-512 kernels (a -march=native build on a CPU "
@@ -469,8 +470,22 @@ void bind_net(py::module_& m) {
 
   py::class_<rlpar::ThreadPool>(m, "ThreadPool",
                                 "Worker threads for intra-op parallelism of one caller's net calls.")
-      .def(py::init([](int64_t threads) { return new rlpar::ThreadPool(threads); }),
-           py::arg("threads"), py::call_guard<py::gil_scoped_release>())
+      .def(py::init([](py::handle threads) {
+             if (!py::isinstance<py::int_>(threads) || py::isinstance<py::bool_>(threads)) {
+               throw py::type_error("threads: expected an integer, got " +
+                                    std::string(py::str(py::type::of(threads).attr("__name__"))));
+             }
+             const py::int_ most(rlpar::ThreadPool::kMaxThreads);
+             if (threads < py::int_(1) || threads > most) {
+               throw py::value_error("threads: expected an integer from 1 to " +
+                                     std::to_string(rlpar::ThreadPool::kMaxThreads) + ", got " +
+                                     std::string(py::str(threads)));
+             }
+             const auto n = threads.cast<int64_t>();
+             py::gil_scoped_release release;  // starting threads needs no Python
+             return new rlpar::ThreadPool(n);
+           }),
+           py::arg("threads"))
       .def_property_readonly("threads", &rlpar::ThreadPool::threads);
 }
 
