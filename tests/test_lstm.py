@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import reference as ref
 
-from rlpar import LSTM, Categorical, Linear, Net, NetSpec, Tanh, Value
+from rlpar import LSTM, Categorical, Linear, Net, NetSpec, Tanh, Value, _native
 
 T, N, D, H = 5, 3, 4, 6
 
@@ -78,6 +78,44 @@ def test_actor_steps_match_the_learners_sequence() -> None:
     np.testing.assert_allclose(np.stack(outs), seq_out.reshape(T, N, -1), rtol=1e-5, atol=1e-6)
     _, want_state = ref.recurrent_forward(net.spec, net.param_info, params, obs, state0, resets)
     np.testing.assert_allclose(state, want_state, rtol=1e-4, atol=1e-5)
+
+
+def _assert_same(got: np.ndarray, want: np.ndarray) -> None:
+    """Bit for bit with rlpar's AVX-512 kernels (each row's sums run in one fixed order whatever
+    the batch); within rounding on the portable Eigen build, whose GEMM and GEMV orders differ."""
+    if _native.simd_kernels():
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_row_gives_the_same_state_in_any_batch() -> None:
+    """Wide layers (a 600-unit torso, 640 gate columns) at actor batch sizes, which take the
+    few-rows kernel tiles: each row's new state (what the torso and the core compute) against
+    the row run alone, and the actors' steps against the learner's sequence. (The heads are
+    Eigen GEMMs, whose sums at batch 1 differ from larger batches in the last bit.)"""
+    d, hidden, t_len = 20, 160, 3
+    spec = NetSpec((d,), [Linear(600), Tanh()], [Categorical(3), Value()], core=LSTM(hidden))
+    net = Net(spec)
+    params = (0.1 * np.random.default_rng(5).standard_normal(net.num_params)).astype(np.float32)
+    rng = np.random.default_rng(6)
+    for batch in (2, 3, 4, 8, 16, 32, 33, 80):
+        obs = rng.standard_normal((batch, d)).astype(np.float32)
+        state0 = (0.5 * rng.standard_normal((batch, 2 * hidden))).astype(np.float32)
+        state = state0.copy()
+        net.forward(params, obs, state=state)
+        for n in (0, batch // 2, batch - 1):
+            one = state0[n : n + 1].copy()
+            net.forward(params, obs[n : n + 1], state=one)
+            _assert_same(one, state[n : n + 1])
+    # 16 actors stepping, against the learner's [T, 16] sequence from the same start state.
+    obs = rng.standard_normal((t_len, 16, d)).astype(np.float32)
+    state0 = (0.5 * rng.standard_normal((16, 2 * hidden))).astype(np.float32)
+    state = state0.copy()
+    steps = np.stack([net.forward(params, obs[t], state=state) for t in range(t_len)])
+    seq_out, tape = net.forward_train(params, obs.reshape(t_len * 16, d), state=state0)
+    tape.release()
+    _assert_same(seq_out.reshape(steps.shape), steps)
 
 
 @pytest.mark.parametrize("layers", [TORSO, ()], ids=["torso", "no-torso"])

@@ -49,7 +49,12 @@ struct FwdArgs {
   // A GEMM split along its inner dimension runs one tile per block: the first block starts from
   // zero, later ones from y; only the final block adds the bias (and applies the ReLU).
   bool first = true, final = true;
+  // Fetch w's rows kPrefetchRows ahead: rows 2 KiB or more apart defeat the hardware's stride
+  // prefetcher, and each w row of a tile is then a cache miss waited for.
+  bool prefetch = false;
 };
+
+constexpr int64_t kPrefetchRows = 8;
 
 template <int R, int NV>
 inline void fwd_tile(const FwdArgs& g) {
@@ -70,6 +75,13 @@ inline void fwd_tile(const FwdArgs& g) {
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) a[r] = g.a[r] + off;
     for (int64_t j = 0; j < g.run; ++j) {
+      if (g.prefetch) {
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+          _mm_prefetch(reinterpret_cast<const char*>(wk + (j + kPrefetchRows) * g.ldw + 16 * v),
+                       _MM_HINT_T0);
+        }
+      }
       __m512 bv[NV];
       load_row<NV>(bv, wk + j * g.ldw, g.last);
 #pragma GCC unroll 12

@@ -20,14 +20,15 @@ namespace {
 constexpr int64_t kLinearBlock = 512;
 
 // y[:, oc0 .. oc0 + 16 NV] = x w (+ b, ReLU); b may be nullptr. `add`: y += x w instead.
-template <int NV>
+// Tiles of R rows; `prefetch`: see simd::FwdArgs.
+template <int NV, int R = simd::tile_rows<NV>()>
 void linear_forward_columns(float* y, const float* x, const float* w, const float* b,
                             int64_t batch, int64_t in, int64_t out, int64_t oc0, bool relu,
-                            bool add = false) {
-  constexpr int R = simd::tile_rows<NV>();
+                            bool add = false, bool prefetch = false) {
   const float* a[R];
   simd::FwdArgs g{a, 1, 0, 0, nullptr, b ? b + oc0 : nullptr, out, nullptr,
                   simd::tail_mask(out - oc0 - 16 * (NV - 1)), relu};
+  g.prefetch = prefetch;
   for (int64_t k0 = 0; k0 < in; k0 += kLinearBlock) {
     g.run = std::min(kLinearBlock, in - k0);
     g.w = w + k0 * out + oc0;
@@ -66,17 +67,42 @@ void linear_weight_grad_columns(float* dw, const float* dy, const float* x, int6
   }
 }
 
-// Calls fn(std::integral_constant<int, NV>, oc0) for each tile of up to 64 output columns.
-template <typename Fn>
+// Calls fn(std::integral_constant<int, NV>, oc0) for each tile of up to 16 MaxNV output columns.
+template <int MaxNV = simd::kMaxVectors, typename Fn>
 void for_column_tiles(int64_t out, Fn&& fn) {
-  for (int64_t oc0 = 0; oc0 < out; oc0 += 16 * simd::kMaxVectors) {
-    switch ((std::min<int64_t>(out - oc0, 16 * simd::kMaxVectors) + 15) / 16) {
+  static_assert(MaxNV >= 1 && MaxNV <= simd::kMaxVectors);
+  for (int64_t oc0 = 0; oc0 < out; oc0 += 16 * MaxNV) {
+    switch ((std::min<int64_t>(out - oc0, 16 * MaxNV) + 15) / 16) {
       case 1: fn(std::integral_constant<int, 1>{}, oc0); break;
       case 2: fn(std::integral_constant<int, 2>{}, oc0); break;
       case 3: fn(std::integral_constant<int, 3>{}, oc0); break;
-      default: fn(std::integral_constant<int, 4>{}, oc0); break;
+      default: fn(std::integral_constant<int, MaxNV>{}, oc0); break;
     }
   }
+}
+
+// A few rows (an actor's batch) times a wide weight: 8-row tiles of 48 columns, so a batch of 8
+// or 16 fills whole tiles, and w prefetched, since its rows lie >= 2 KiB apart. Measured in one
+// process, alternating, best of 10 (GFLOP/s, default tiles -> these): the LSTM's 256 -> 1024 at
+// batch 8 73-77 -> 132-138, 16 109-113 -> 129-136, 32 103-108 -> 130-139; the Nature torso's
+// 3136 -> 512 at batch 16 60-62 -> 77-82 and 32 75 -> 96. At batch 96 both ran at ~93; below
+// batch 4 the call is bound by reading w, and neither wins.
+constexpr int64_t kFewRows = 32;
+constexpr int64_t kWideOut = 512;
+
+// linear_forward / linear_forward_add over every column tile.
+void linear_forward_all(float* y, const float* x, const float* w, const float* b, int64_t batch,
+                        int64_t in, int64_t out, bool relu, bool add) {
+  if (batch >= 4 && batch <= kFewRows && out >= kWideOut) {
+    for_column_tiles<3>(out, [&](auto nv, int64_t oc0) {
+      linear_forward_columns<decltype(nv)::value, 8>(y, x, w, b, batch, in, out, oc0, relu, add,
+                                                     true);
+    });
+    return;
+  }
+  for_column_tiles(out, [&](auto nv, int64_t oc0) {
+    linear_forward_columns<decltype(nv)::value>(y, x, w, b, batch, in, out, oc0, relu, add);
+  });
 }
 
 // Rows of w per block of the dot-product data gradient: 64 rows of up to a few KiB stay in L2
@@ -115,9 +141,7 @@ constexpr int64_t kSmallBatch = 8;
 void linear_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
                     int64_t in, int64_t out, bool relu) {
 #if RLPAR_LINEAR_AVX512
-  for_column_tiles(out, [&](auto nv, int64_t oc0) {
-    linear_forward_columns<decltype(nv)::value>(y, x, w, b, batch, in, out, oc0, relu);
-  });
+  linear_forward_all(y, x, w, b, batch, in, out, relu, false);
 #else
   MatMap Y(y, batch, out);
   ConstMatMap X(x, batch, in);
@@ -137,10 +161,7 @@ void linear_forward(float* y, const float* x, const float* w, const float* b, in
 void linear_forward_add(float* y, const float* x, const float* w, int64_t batch, int64_t in,
                         int64_t out) {
 #if RLPAR_LINEAR_AVX512
-  for_column_tiles(out, [&](auto nv, int64_t oc0) {
-    linear_forward_columns<decltype(nv)::value>(y, x, w, nullptr, batch, in, out, oc0, false,
-                                                true);
-  });
+  linear_forward_all(y, x, w, nullptr, batch, in, out, false, true);
 #else
   MatMap Y(y, batch, out);
   ConstMatMap X(x, batch, in);
