@@ -52,6 +52,7 @@ struct FwdArgs {
   // Fetch w's rows kPrefetchRows ahead: rows 2 KiB or more apart defeat the hardware's stride
   // prefetcher, and each w row of a tile is then a cache miss waited for.
   bool prefetch = false;
+  int64_t ldy = 0;  // floats between rows of y; 0: ldw (y's rows are as long as w's)
 };
 
 constexpr int64_t kPrefetchRows = 8;
@@ -59,13 +60,14 @@ constexpr int64_t kPrefetchRows = 8;
 template <int R, int NV>
 inline void fwd_tile(const FwdArgs& g) {
   __m512 acc[R][NV];
+  const int64_t ldy = g.ldy > 0 ? g.ldy : g.ldw;
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) {
     if (g.first) {
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
     } else {
-      load_row<NV>(acc[r], g.y + r * g.ldw, g.last);
+      load_row<NV>(acc[r], g.y + r * ldy, g.last);
     }
   }
   for (int64_t ky = 0; ky < g.k; ++ky) {
@@ -112,7 +114,7 @@ inline void fwd_tile(const FwdArgs& g) {
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_max_ps(acc[r][v], _mm512_setzero_ps());
   }
 #pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) store_row<NV>(g.y + r * g.ldw, acc[r], g.last);
+  for (int r = 0; r < R; ++r) store_row<NV>(g.y + r * ldy, acc[r], g.last);
 }
 
 // Calls fwd_tile<rows, NV> for a runtime `rows` <= R (the last, partial tile).

@@ -2,7 +2,9 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "eigen_maps.h"
 
@@ -19,19 +21,43 @@ namespace {
 // every row tile of the batch uses it.
 constexpr int64_t kLinearBlock = 512;
 
+// How a column tile reads w (linear_forward_all chooses).
+enum class WeightRead {
+  kInPlace,
+  kPrefetch,  // in place, fetched ahead (see simd::FwdArgs::prefetch)
+  // Each block's columns first copied into a contiguous panel (a thread's own buffer): w's rows
+  // 4 KiB apart all map to the same few L1 sets, and a panel's do not. Worth its copy when many
+  // row tiles read the panel.
+  kPacked,
+};
+
 // y[:, oc0 .. oc0 + 16 NV] = x w (+ b, ReLU); b may be nullptr. `add`: y += x w instead.
-// Tiles of R rows; `prefetch`: see simd::FwdArgs.
+// Tiles of R rows.
 template <int NV, int R = simd::tile_rows<NV>()>
 void linear_forward_columns(float* y, const float* x, const float* w, const float* b,
                             int64_t batch, int64_t in, int64_t out, int64_t oc0, bool relu,
-                            bool add = false, bool prefetch = false) {
+                            bool add = false, WeightRead read = WeightRead::kInPlace) {
   const float* a[R];
   simd::FwdArgs g{a, 1, 0, 0, nullptr, b ? b + oc0 : nullptr, out, nullptr,
                   simd::tail_mask(out - oc0 - 16 * (NV - 1)), relu};
-  g.prefetch = prefetch;
+  g.prefetch = read == WeightRead::kPrefetch;
+  constexpr int64_t kPanelCols = 16 * NV;
+  thread_local std::vector<float> panel;
+  if (read == WeightRead::kPacked) {
+    panel.resize(kLinearBlock * kPanelCols);
+    g.ldw = kPanelCols;
+    g.ldy = out;
+  }
+  const int64_t cols = std::min(kPanelCols, out - oc0);
   for (int64_t k0 = 0; k0 < in; k0 += kLinearBlock) {
     g.run = std::min(kLinearBlock, in - k0);
     g.w = w + k0 * out + oc0;
+    if (read == WeightRead::kPacked) {
+      for (int64_t k = 0; k < g.run; ++k) {
+        std::memcpy(panel.data() + k * kPanelCols, g.w + k * out, sizeof(float) * cols);
+      }
+      g.w = panel.data();
+    }
     g.first = k0 == 0 && !add;
     g.final = k0 + g.run == in;
     for (int64_t p0 = 0; p0 < batch; p0 += R) {
@@ -81,6 +107,9 @@ void for_column_tiles(int64_t out, Fn&& fn) {
   }
 }
 
+// Wide weights (rows >= 2 KiB apart) read in place, prefetched, or packed.
+constexpr int64_t kWideOut = 512;
+
 // A few rows (an actor's batch) times a wide weight: 8-row tiles of 48 columns, so a batch of 8
 // or 16 fills whole tiles, and w prefetched, since its rows lie >= 2 KiB apart. Measured in one
 // process, alternating, best of 10 (GFLOP/s, default tiles -> these): the LSTM's 256 -> 1024 at
@@ -88,7 +117,11 @@ void for_column_tiles(int64_t out, Fn&& fn) {
 // 3136 -> 512 at batch 16 60-62 -> 77-82 and 32 75 -> 96. At batch 96 both ran at ~93; below
 // batch 4 the call is bound by reading w, and neither wins.
 constexpr int64_t kFewRows = 32;
-constexpr int64_t kWideOut = 512;
+// From this many rows on, a wide weight is packed block by block. Measured in one process,
+// alternating (GFLOP/s, in place -> packed): 256 -> 1024 at batch 96 114-117 -> 123-129, 256
+// 107 -> 125-131, 1024 101-107 -> 119-125, 5120 90-97 -> 110-112; the Nature torso's 3136 -> 512
+// at batch 256 104-110 -> 125-128 and 640 109-111 -> 123-128.
+constexpr int64_t kPackRows = 64;
 
 // linear_forward / linear_forward_add over every column tile.
 void linear_forward_all(float* y, const float* x, const float* w, const float* b, int64_t batch,
@@ -96,12 +129,14 @@ void linear_forward_all(float* y, const float* x, const float* w, const float* b
   if (batch >= 4 && batch <= kFewRows && out >= kWideOut) {
     for_column_tiles<3>(out, [&](auto nv, int64_t oc0) {
       linear_forward_columns<decltype(nv)::value, 8>(y, x, w, b, batch, in, out, oc0, relu, add,
-                                                     true);
+                                                     WeightRead::kPrefetch);
     });
     return;
   }
+  const WeightRead read =
+      batch >= kPackRows && out >= kWideOut ? WeightRead::kPacked : WeightRead::kInPlace;
   for_column_tiles(out, [&](auto nv, int64_t oc0) {
-    linear_forward_columns<decltype(nv)::value>(y, x, w, b, batch, in, out, oc0, relu, add);
+    linear_forward_columns<decltype(nv)::value>(y, x, w, b, batch, in, out, oc0, relu, add, read);
   });
 }
 
