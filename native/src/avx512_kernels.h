@@ -132,6 +132,7 @@ struct DwArgs {
   const float* x;   // the sample's input, offset by ky * row_stride + j (first patch column)
   int64_t ldw, oh, ow, step_x, step_y;  // floats between neighbouring patches along ox and oy
   __mmask16 last;
+  int64_t ldd = 0;  // floats between rows of dy; 0: ldw (dy's rows are as long as dw's)
 };
 
 template <int KR, int NV>
@@ -140,9 +141,10 @@ inline void dw_tile(const DwArgs& g) {
 #pragma GCC unroll 12
   for (int r = 0; r < KR; ++r) load_row<NV>(acc[r], g.dw + r * g.ldw, g.last);
   const float* d = g.dy;
+  const int64_t ldd = g.ldd > 0 ? g.ldd : g.ldw;
   for (int64_t oy = 0; oy < g.oh; ++oy) {
     const float* a = g.x + oy * g.step_y;
-    for (int64_t ox = 0; ox < g.ow; ++ox, a += g.step_x, d += g.ldw) {
+    for (int64_t ox = 0; ox < g.ow; ++ox, a += g.step_x, d += ldd) {
       __m512 dv[NV];
       load_row<NV>(dv, d, g.last);
 #pragma GCC unroll 12
@@ -206,58 +208,6 @@ inline void dx_tile_n(int64_t rows, const DxArgs& g) {
   if constexpr (R > 0) {
     if (rows == R) return dx_tile<R, NV>(g);
     dx_tile_n<R - 1, NV>(rows, g);
-  }
-}
-
-// Lane i of the result: the sum of the 16 lanes of v[i].
-inline __m512 reduce16(const __m512* v) {
-  __m512 s[8], u[4];
-  for (int i = 0; i < 8; ++i) {
-    s[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
-                         _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-  }
-  for (int i = 0; i < 4; ++i) {
-    const __m512d a = _mm512_castps_pd(s[2 * i]), b = _mm512_castps_pd(s[2 * i + 1]);
-    u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-  }
-  const __m512 t0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88),
-                                  _mm512_shuffle_f32x4(u[0], u[1], 0xdd));
-  const __m512 t1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88),
-                                  _mm512_shuffle_f32x4(u[2], u[3], 0xdd));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(t0, t1, 0x88), _mm512_shuffle_f32x4(t0, t1, 0xdd));
-}
-
-// c[r * ldc + j] = sum_o a[r][o] * b[j][o] for 4 rows of a by 4 rows of b (dot products along
-// contiguous rows, so no transposed copy is needed): 16 vector accumulators over o, reduced once
-// at the end. Only the first `rows` x `cols` results are stored; the other pointers may repeat a
-// valid row.
-inline void dot_tile_4x4(float* c, int64_t ldc, const float* const* a, const float* const* b,
-                         int64_t n, int64_t rows, int64_t cols) {
-  __m512 acc[16];
-  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
-  int64_t o = 0;
-  for (; o + 16 <= n; o += 16) {
-    __m512 bv[4];
-    for (int j = 0; j < 4; ++j) bv[j] = _mm512_loadu_ps(b[j] + o);
-    for (int r = 0; r < 4; ++r) {
-      const __m512 av = _mm512_loadu_ps(a[r] + o);
-      for (int j = 0; j < 4; ++j) acc[4 * r + j] = _mm512_fmadd_ps(av, bv[j], acc[4 * r + j]);
-    }
-  }
-  if (o < n) {
-    const __mmask16 m = tail_mask(n - o);
-    __m512 bv[4];
-    for (int j = 0; j < 4; ++j) bv[j] = _mm512_maskz_loadu_ps(m, b[j] + o);
-    for (int r = 0; r < 4; ++r) {
-      const __m512 av = _mm512_maskz_loadu_ps(m, a[r] + o);
-      for (int j = 0; j < 4; ++j) acc[4 * r + j] = _mm512_fmadd_ps(av, bv[j], acc[4 * r + j]);
-    }
-  }
-  alignas(64) float sums[16];
-  _mm512_store_ps(sums, reduce16(acc));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < cols; ++j) c[r * ldc + j] = sums[4 * r + j];
   }
 }
 

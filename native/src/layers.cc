@@ -140,31 +140,93 @@ void linear_forward_all(float* y, const float* x, const float* w, const float* b
   });
 }
 
-// Rows of w per block of the dot-product data gradient: 64 rows of up to a few KiB stay in L2
-// while every 4-sample tile of dy passes over them.
-constexpr int64_t kDotRows = 64;
-// From this many outputs on, the data gradient takes dot products along w's rows; below, a
-// transposed copy of w is cheap and the forward kernel is faster.
-constexpr int64_t kDotMinOut = 256;
+// From this many outputs on, the weight gradient copies each pass's dy into column panels.
+// Measured in one process, alternating, best of 6 (GFLOP/s, per column tile -> panels): the Nature
+// torso's 3136 -> 512 at batch 640 85-92 -> 123-125 and 256 63-67 -> 85-91 (a slower phase of
+// the VM), the LSTM's 256 -> 1024 at 5120 rows 61-63 -> 78-95, 256 -> 256 102-108 -> 114-118;
+// 1600 -> 128 (MinAtar) 125-128 either way, 64 -> 64 121-124 -> 112-115.
+constexpr int64_t kPanelDyOut = 256;
 
-// dx[n][j] = sum_o dy[n][o] w[j][o], in 4 x 4 tiles.
-void linear_data_grad_dots(float* dx, const float* dy, const float* w, int64_t batch, int64_t in,
-                           int64_t out) {
-  for (int64_t j0 = 0; j0 < in; j0 += kDotRows) {
-    const int64_t j_end = std::min(in, j0 + kDotRows);
-    for (int64_t n = 0; n < batch; n += 4) {
-      const int64_t rows = std::min<int64_t>(4, batch - n);
-      const float* a[4];
-      for (int64_t r = 0; r < 4; ++r) a[r] = dy + std::min(n + r, batch - 1) * out;
-      for (int64_t j = j0; j < j_end; j += 4) {
-        const int64_t cols = std::min<int64_t>(4, j_end - j);
-        const float* b[4];
-        for (int64_t c = 0; c < 4; ++c) b[c] = w + std::min(j + c, j_end - 1) * out;
-        simd::dot_tile_4x4(dx + n * in + j, in, a, b, out, rows, cols);
+// Rows j0 .. j1 of dw += x^T dy with the loops turned around: for each pass of kDwSamples
+// samples, the pass's dy is copied into contiguous 64-column panels (a thread's own buffer:
+// rows of dy >= 1 KiB apart share few L1 sets), then each tile of KR rows of dw runs over every
+// column panel while its x values stay in L1. Each dw float sums the samples in the order of
+// linear_weight_grad_columns, so the result is the same bit for bit.
+void linear_weight_grad_panels(float* dw, const float* dy, const float* x, int64_t batch,
+                               int64_t in, int64_t out, int64_t j0, int64_t j1) {
+  constexpr int KR = simd::tile_rows<simd::kMaxVectors>();
+  constexpr int64_t kCols = 16 * simd::kMaxVectors;
+  const int64_t panels = (out + kCols - 1) / kCols;
+  thread_local std::vector<float> panel;
+  panel.resize(panels * kDwSamples * kCols);
+  for (int64_t n0 = 0; n0 < batch; n0 += kDwSamples) {
+    const int64_t samples = std::min(kDwSamples, batch - n0);
+    for (int64_t p = 0; p < panels; ++p) {
+      const int64_t cols = std::min(kCols, out - p * kCols);
+      for (int64_t n = 0; n < samples; ++n) {
+        std::memcpy(panel.data() + (p * kDwSamples + n) * kCols, dy + (n0 + n) * out + p * kCols,
+                    sizeof(float) * cols);
       }
+    }
+    for (int64_t j = j0; j < j1; j += KR) {
+      const int64_t rows = std::min<int64_t>(KR, j1 - j);
+      for_column_tiles(out, [&](auto nv, int64_t oc0) {
+        constexpr int NV = decltype(nv)::value;
+        simd::DwArgs g{dw + j * out + oc0, panel.data() + (oc0 / kCols) * kDwSamples * kCols,
+                       x + n0 * in + j, out, 1, samples, in, 0,
+                       simd::tail_mask(out - oc0 - 16 * (NV - 1))};
+        g.ldd = kCols;
+        simd::dw_tile_n<KR, NV>(rows, g);
+      });
     }
   }
 }
+
+// dx[:, j0 .. j0 + 16 NV] = dy w^T by the forward's tiles: each block of kLinearBlock outputs is
+// transposed from w's rows j0 .. j0 + 16 NV into a contiguous panel (a thread's own buffer), which
+// the tiles read as the forward reads a packed w. Each dx float sums the outputs in order,
+// whatever the batch. Measured in one process, alternating (GFLOP/s, against the dot products
+// along w's rows used before for >= 256 outputs): Nature's 3136 <- 512 at 640 rows 66-70 ->
+// 121-129, 256 rows 54 -> 112, 32 rows 67 -> 82, 16 rows 62 -> 58; the LSTM's 256 <- 1024 at 80
+// rows 78 -> 120; and against a whole transposed copy plus the forward (< 256 outputs, the same
+// floats): MinAtar's 1600 <- 128 at 256 rows 89-94 -> 120-134, 64 <- 64 97-138 -> 94-131.
+template <int NV>
+void linear_data_grad_columns(float* dx, const float* dy, const float* w, int64_t batch,
+                              int64_t in, int64_t out, int64_t j0) {
+  constexpr int R = simd::tile_rows<NV>();
+  constexpr int64_t kCols = 16 * NV;
+  thread_local std::vector<float> panel;
+  panel.resize(kLinearBlock * kCols);
+  const int64_t cols = std::min(kCols, in - j0);
+  const float* a[R];
+  simd::FwdArgs g{a, 1, 0, 0, panel.data(), nullptr, kCols, nullptr,
+                  simd::tail_mask(in - j0 - 16 * (NV - 1)), false};
+  g.ldy = in;
+  for (int64_t k0 = 0; k0 < out; k0 += kLinearBlock) {
+    g.run = std::min(kLinearBlock, out - k0);
+    // panel[k][c] = w[j0 + c][k0 + k]
+    const int64_t c16 = cols / 16 * 16, k16 = g.run / 16 * 16;
+    for (int64_t c = 0; c < c16; c += 16) {
+      for (int64_t k = 0; k < k16; k += 16) {
+        simd::transpose16(panel.data() + k * kCols + c, kCols, w + (j0 + c) * out + k0 + k, out);
+      }
+    }
+    for (int64_t c = 0; c < cols; ++c) {
+      for (int64_t k = (c < c16 ? k16 : 0); k < g.run; ++k) {
+        panel[k * kCols + c] = w[(j0 + c) * out + k0 + k];
+      }
+    }
+    g.first = k0 == 0;
+    g.final = k0 + g.run == out;
+    for (int64_t p0 = 0; p0 < batch; p0 += R) {
+      const int64_t rows = std::min<int64_t>(R, batch - p0);
+      for (int64_t r = 0; r < rows; ++r) a[r] = dy + (p0 + r) * out + k0;
+      g.y = dx + p0 * in + j0;
+      simd::fwd_tile_n<R, NV>(rows, g);
+    }
+  }
+}
+
 #endif
 
 // Below this many rows, row-by-row GEMV beats the blocked GEMM (measured: batch 2-8
@@ -209,23 +271,15 @@ void linear_forward_add(float* y, const float* x, const float* w, int64_t batch,
 #endif
 }
 
-int64_t linear_scratch_floats(int64_t in, int64_t out) {
-#if RLPAR_LINEAR_AVX512
-  return out >= kDotMinOut ? 0 : in * out;
-#else
-  (void)in;
-  (void)out;
-  return 0;
-#endif
-}
-
 void linear_weight_grad(float* dw, float* db, const float* dy, const float* x, int64_t batch,
                         int64_t in, int64_t out, int64_t part, int64_t parts) {
 #if RLPAR_LINEAR_AVX512
   int64_t j0, j1, o0, o1;
   split_range(in, parts, part, &j0, &j1);
   split_range(out, parts, part, &o0, &o1);
-  if (j1 > j0) {
+  if (j1 > j0 && out >= kPanelDyOut) {
+    linear_weight_grad_panels(dw, dy, x, batch, in, out, j0, j1);
+  } else if (j1 > j0) {
     for_column_tiles(out, [&](auto nv, int64_t oc0) {
       linear_weight_grad_columns<decltype(nv)::value>(dw, dy, x, batch, in, out, oc0, j0, j1);
     });
@@ -240,17 +294,12 @@ void linear_weight_grad(float* dw, float* db, const float* dy, const float* x, i
 }
 
 void linear_data_grad(float* dx, const float* dy, const float* w, int64_t batch, int64_t in,
-                      int64_t out, float* scratch) {
+                      int64_t out) {
 #if RLPAR_LINEAR_AVX512
-  if (out >= kDotMinOut) return linear_data_grad_dots(dx, dy, w, batch, in, out);
-  // dx = dy w^T: the forward kernel over the transposed weight.
-  simd::transpose(scratch, w, in, out);
   for_column_tiles(in, [&](auto nv, int64_t j0) {
-    linear_forward_columns<decltype(nv)::value>(dx, dy, scratch, nullptr, batch, out, in, j0,
-                                                false);
+    linear_data_grad_columns<decltype(nv)::value>(dx, dy, w, batch, in, out, j0);
   });
 #else
-  (void)scratch;
   MatMap(dx, batch, in).noalias() =
       ConstMatMap(dy, batch, out) * ConstMatMap(w, in, out).transpose();
 #endif

@@ -468,8 +468,6 @@ int64_t Net::part_scratch_floats(int64_t rows, bool backward) const {
   for (const Layer& l : layers_) {
     if (l.kind == LayerKind::Conv2d) {
       n = std::max(n, layers::conv2d_scratch_floats(l.conv, rows, backward));
-    } else if (l.kind == LayerKind::Linear && backward) {
-      n = std::max(n, layers::linear_scratch_floats(l.in[0], l.out[0]));
     }
   }
   return n;
@@ -718,8 +716,7 @@ void Net::torso_backward(const float* params, float* dy, float* other, float* gr
           layers::linear_weight_grad(grad + l.w, grad + l.b, d, x, batch, l.in[0], l.out[0], p,
                                      parts);
           if (dx) {
-            layers::linear_data_grad(dx_rows, d + r0 * out_n, params + l.w, n, l.in[0], l.out[0],
-                                     scratch[p]);
+            layers::linear_data_grad(dx_rows, d + r0 * out_n, params + l.w, n, l.in[0], l.out[0]);
           }
           break;
         case LayerKind::Conv2d:

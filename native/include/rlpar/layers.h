@@ -24,17 +24,16 @@ void linear_forward(float* y, const float* x, const float* w, const float* b, in
 // or of 1000), as in linear_forward.
 void linear_forward_add(float* y, const float* x, const float* w, int64_t batch, int64_t in,
                         int64_t out);
-// Floats of scratch linear_data_grad needs (may be 0).
-int64_t linear_scratch_floats(int64_t in, int64_t out);
 // The backward of dy: [B, out] is linear_weight_grad (all parts) and linear_data_grad.
 // Part `part` of `parts` of dw += x^T dy and db += sum_b dy: a contiguous slice of dw's rows and
 // of db, summing the samples in order (the parts together give the floats of the whole; the
 // Eigen path computes everything in part 0).
 void linear_weight_grad(float* dw, float* db, const float* dy, const float* x, int64_t batch,
                         int64_t in, int64_t out, int64_t part, int64_t parts);
-// dx: [B, in] = dy w^T (rows independent).
+// dx: [B, in] = dy w^T (rows independent; with the AVX-512 kernels each row's sums run over the
+// outputs in order, whatever the batch).
 void linear_data_grad(float* dx, const float* dy, const float* w, int64_t batch, int64_t in,
-                      int64_t out, float* scratch);
+                      int64_t out);
 
 struct ConvShape {
   int64_t h, w, c;        // input, channels last
