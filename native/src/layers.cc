@@ -21,6 +21,19 @@ namespace {
 // every row tile of the batch uses it.
 constexpr int64_t kLinearBlock = 512;
 
+// Runs g over `batch` rows of x (rows ldx floats apart) into the same rows of y (ldy floats
+// apart), R rows a tile; `a` is the array g.a points to.
+template <int R, int NV>
+void fwd_row_tiles(simd::FwdArgs& g, const float** a, const float* x, int64_t ldx, int64_t batch,
+                   float* y, int64_t ldy) {
+  for (int64_t p0 = 0; p0 < batch; p0 += R) {
+    const int64_t rows = std::min<int64_t>(R, batch - p0);
+    for (int64_t r = 0; r < rows; ++r) a[r] = x + (p0 + r) * ldx;
+    g.y = y + p0 * ldy;
+    simd::fwd_tile_n<R, NV>(rows, g);
+  }
+}
+
 // How a column tile reads w (linear_forward_all chooses).
 enum class WeightRead {
   kInPlace,
@@ -60,12 +73,7 @@ void linear_forward_columns(float* y, const float* x, const float* w, const floa
     }
     g.first = k0 == 0 && !add;
     g.final = k0 + g.run == in;
-    for (int64_t p0 = 0; p0 < batch; p0 += R) {
-      const int64_t rows = std::min<int64_t>(R, batch - p0);
-      for (int64_t r = 0; r < rows; ++r) a[r] = x + (p0 + r) * in + k0;
-      g.y = y + p0 * out + oc0;
-      simd::fwd_tile_n<R, NV>(rows, g);
-    }
+    fwd_row_tiles<R, NV>(g, a, x + k0, in, batch, y + oc0, out);
   }
 }
 
@@ -218,12 +226,7 @@ void linear_data_grad_columns(float* dx, const float* dy, const float* w, int64_
     }
     g.first = k0 == 0;
     g.final = k0 + g.run == out;
-    for (int64_t p0 = 0; p0 < batch; p0 += R) {
-      const int64_t rows = std::min<int64_t>(R, batch - p0);
-      for (int64_t r = 0; r < rows; ++r) a[r] = dy + (p0 + r) * out + k0;
-      g.y = dx + p0 * in + j0;
-      simd::fwd_tile_n<R, NV>(rows, g);
-    }
+    fwd_row_tiles<R, NV>(g, a, dy + k0, out, batch, dx + j0, in);
   }
 }
 
