@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <thread>
 #include <vector>
@@ -31,8 +32,8 @@ rlpar::NetSpec conv_spec() {
   return spec;
 }
 
-// Wider layers: several 64-channel tiles with masked tails, an unpadded and a padded conv, a
-// linear data gradient by dot products (300 outputs) and one by a transposed weight (40).
+// Wider layers: several 64-channel tiles with masked tails, an unpadded and a padded conv, and a
+// linear weight gradient over dy panels (300 outputs) next to one per column tile (40).
 rlpar::NetSpec wide_spec() {
   rlpar::NetSpec spec;
   spec.input_shape = {9, 9, 3};
@@ -40,6 +41,18 @@ rlpar::NetSpec wide_spec() {
                  LayerSpec::relu(), LayerSpec::flatten(), LayerSpec::linear(300), LayerSpec::relu(),
                  LayerSpec::linear(40), LayerSpec::tanh()};
   spec.heads = {{HeadKind::Categorical, 3}, {HeadKind::Value, 1}};
+  return spec;
+}
+
+// Wide linear layers and LSTM gates (>= 512 outputs): batch 17 takes the few-rows tiles with
+// prefetch, batch 70 the packed weight panels, batch 1 and 3 read the weight in place.
+rlpar::NetSpec wide_linear_spec() {
+  rlpar::NetSpec spec;
+  spec.input_shape = {40};
+  spec.layers = {LayerSpec::linear(600), LayerSpec::tanh(), LayerSpec::linear(530),
+                 LayerSpec::relu()};
+  spec.heads = {{HeadKind::Categorical, 3}, {HeadKind::Value, 1}};
+  spec.lstm_hidden = 130;
   return spec;
 }
 
@@ -62,7 +75,7 @@ Result run_once(const rlpar::Net& net, const float* params, const std::vector<fl
 void shared_net_is_deterministic_across_threads(const rlpar::NetSpec& spec) {
   const rlpar::Net net(spec);
   const auto params = random_vector(net.num_params(), 1, 0.2f);
-  const int64_t batches[] = {1, 3, 17};
+  const int64_t batches[] = {1, 3, 17, 70};
   std::vector<std::vector<float>> obs, douts;
   std::vector<Result> expected;
   for (int64_t b : batches) {
@@ -76,7 +89,7 @@ void shared_net_is_deterministic_across_threads(const rlpar::NetSpec& spec) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kIters; ++i) {
-        const size_t k = (t + i) % 3;
+        const size_t k = (t + i) % std::size(batches);
         Result r = run_once(net, params.data(), obs[k], douts[k], batches[k]);
         if (r.out != expected[k].out || r.grad != expected[k].grad) ++mismatches;
         std::vector<float> out(batches[k] * net.output_size());
@@ -219,6 +232,7 @@ void learner_publishes_while_actors_infer() {
 int main() {
   shared_net_is_deterministic_across_threads(conv_spec());
   shared_net_is_deterministic_across_threads(wide_spec());
+  shared_net_is_deterministic_across_threads(wide_linear_spec());
   recurrent_net_is_deterministic_across_threads();
   learner_publishes_while_actors_infer();
   return rlpar_test::finish("test_net_stress");

@@ -199,6 +199,18 @@ rlpar::NetSpec scaled_input_spec() {
   return spec;
 }
 
+// Linear layers of >= 512 outputs: the whole call's 150 rows read packed weight panels, parts of
+// 75, 50 or 37 rows packed panels or the weight in place, parts of 21 the few-rows tiles.
+rlpar::NetSpec wide_linear_spec() {
+  rlpar::NetSpec spec;
+  spec.input_shape = {24};
+  spec.layers = {LayerSpec::linear(600), LayerSpec::relu(), LayerSpec::linear(520),
+                 LayerSpec::tanh()};
+  spec.heads = {{HeadKind::Categorical, 3}, {HeadKind::Value, 1}};
+  spec.lstm_hidden = 130;
+  return spec;
+}
+
 }  // namespace
 
 int main() {
@@ -208,5 +220,6 @@ int main() {
   split_matches_whole("conv torso", wide_conv_spec(0), 1, 43);
   split_matches_whole("conv torso + LSTM", wide_conv_spec(16), 6, 7);
   split_matches_whole("scaled input", scaled_input_spec(), 1, 150);
+  split_matches_whole("wide linear + LSTM", wide_linear_spec(), 1, 150);
   return rlpar_test::finish("test_thread_pool");
 }
