@@ -244,23 +244,66 @@ void fast_weight_grad(float* dw, const float* dy, const float* x, const ConvShap
   }
 }
 
+// The data gradient reads the weight as panels: for each kernel row ky and each block of up to
+// 64 columns of that row's run (K * C floats), an [OC, width] block, contiguous (width rounded
+// up to 16). A plain transposed weight [OC, patch] has rows >= 2 KiB apart for the Nature torso's
+// convs, which defeats the stride prefetcher. Measured in one process, alternating, best of 6
+// (GFLOP/s, transposed weight -> panels): 20x20x32 -> 64 4x4/2 at batch 32 102-104 -> 117-119
+// and 256 89-90 -> 101; 9x9x64 -> 64 3x3/1 104-106 -> 117-120 and 98-103 -> 110-116; a first
+// layer (84x84x4, 8x8/4) and a padded 3x3 within 4 % either way. The same floats.
+constexpr int64_t kDxCols = 16 * kMaxVectors;
+
+int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+
+int64_t dx_panel_floats(const ConvShape& s) { return s.k * s.oc * round16(s.k * s.c); }
+
+// Where the panel of kernel row ky, columns col0 .. col0 + 64 of its run, starts, and its row
+// length.
+int64_t dx_panel(const ConvShape& s, int64_t ky, int64_t col0, int64_t* ld) {
+  const int64_t run = s.k * s.c;
+  *ld = std::min(kDxCols, round16(run - col0));
+  return ky * s.oc * round16(run) + col0 * s.oc;
+}
+
+// panel[o][j] = w[ky * run + col0 + j][o] for every panel.
+void pack_dx_panels(float* wtp, const float* w, const ConvShape& s) {
+  const int64_t run = s.k * s.c;
+  for (int64_t ky = 0; ky < s.k; ++ky) {
+    for (int64_t col0 = 0; col0 < run; col0 += kDxCols) {
+      int64_t ld;
+      float* dst = wtp + dx_panel(s, ky, col0, &ld);
+      const float* src = w + (ky * run + col0) * s.oc;
+      const int64_t width = std::min(kDxCols, run - col0);
+      const int64_t w16 = width / 16 * 16, o16 = s.oc / 16 * 16;
+      for (int64_t j = 0; j < w16; j += 16) {
+        for (int64_t o = 0; o < o16; o += 16) {
+          transpose16(dst + o * ld + j, ld, src + j * s.oc + o, s.oc);
+        }
+      }
+      for (int64_t j = 0; j < width; ++j) {
+        for (int64_t o = (j < w16 ? o16 : 0); o < s.oc; ++o) dst[o * ld + j] = src[j * s.oc + o];
+      }
+    }
+  }
+}
+
 template <int NV>
-void dx_columns(const float* dy, const float* wt, int64_t p0, int64_t rows, int64_t col0,
+void dx_columns(const float* dy, const float* wtp, int64_t p0, int64_t rows, int64_t col0,
                 float* const* base, const ConvShape& s) {
   constexpr int R = tile_rows<NV>();
   const int64_t run = s.k * s.c, width = std::min<int64_t>(16 * NV, run - col0);
   float* starts[R];
   const float* dys[R];
   for (int64_t r = 0; r < rows; ++r) dys[r] = dy + (p0 + r) * s.oc;
-  DxArgs g{starts, dys, nullptr, s.oc, s.patch(), tail_mask(width - 16 * (NV - 1))};
+  DxArgs g{starts, dys, nullptr, s.oc, 0, tail_mask(width - 16 * (NV - 1))};
   for (int64_t ky = 0; ky < s.k; ++ky) {
     for (int64_t r = 0; r < rows; ++r) starts[r] = base[r] + ky * s.w * s.c + col0;
-    g.wt = wt + ky * run + col0;
+    g.wt = wtp + dx_panel(s, ky, col0, &g.ldwt);
     dx_tile_n<R, NV>(rows, g);
   }
 }
 
-// dx (zeroed by the caller) += the data gradient of m unpadded positions; wt: [OC, patch].
+// dx (zeroed by the caller) += the data gradient of m unpadded positions; wt: pack_dx_panels'.
 void fast_data_grad(float* dx, const float* dy, const float* wt, int64_t m, const ConvShape& s) {
   constexpr int R = tile_rows<kMaxVectors>();
   static_assert(tile_rows<1>() >= R && tile_rows<2>() >= R && tile_rows<3>() >= R);
@@ -305,7 +348,7 @@ int64_t conv2d_scratch_floats(const ConvShape& s, int64_t batch, bool backward) 
 #if RLPAR_CONV_AVX512
   (void)batch;
   const int64_t padded = s.pad > 0 ? sample_size(unpadded(s)) : 0;
-  return backward ? s.oc * s.patch() + 2 * padded : padded;
+  return backward ? dx_panel_floats(s) + 2 * padded : padded;
 #else
   (void)backward;
   return col_chunk(s, batch) * s.positions() * s.patch();
@@ -342,7 +385,7 @@ void conv2d_weight_grad(float* dw, float* db, const float* dy, const float* x, i
     return;
   }
   const ConvShape q = unpadded(s);
-  float* xp = scratch + s.oc * s.patch();
+  float* xp = scratch + dx_panel_floats(s);
   for (int64_t n = 0; n < batch; ++n) {
     pad_sample(xp, x + n * sample_size(s), s);
     fast_weight_grad(dw, dy + n * pos * s.oc, xp, q, r0, r1);
@@ -359,8 +402,8 @@ void conv2d_data_grad(float* dx, const float* dy, const float* w, int64_t batch,
                       const ConvShape& s, float* scratch) {
 #if RLPAR_CONV_AVX512
   const int64_t pos = s.positions();
-  float* wt = scratch;  // [OC, patch]
-  transpose(wt, w, s.patch(), s.oc);
+  float* wt = scratch;  // dx_panel_floats(s)
+  pack_dx_panels(wt, w, s);
   // Sample by sample (tiles never straddle two samples), so that any split of the batch by
   // samples adds the same contributions in the same order.
   if (s.pad == 0) {
@@ -371,7 +414,7 @@ void conv2d_data_grad(float* dx, const float* dy, const float* w, int64_t batch,
     return;
   }
   const ConvShape q = unpadded(s);
-  float* dxp = scratch + s.oc * s.patch() + sample_size(q);
+  float* dxp = scratch + dx_panel_floats(s) + sample_size(q);
   for (int64_t n = 0; n < batch; ++n) {
     std::memset(dxp, 0, sizeof(float) * sample_size(q));
     fast_data_grad(dxp, dy + n * pos * s.oc, wt, pos, q);
