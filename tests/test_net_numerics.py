@@ -316,6 +316,14 @@ def test_backward_wide_layers_sampled_coordinates() -> None:
     check_backward(net, batch=3, per_block=12)
 
 
+def test_backward_wide_linear_many_rows_sampled_coordinates() -> None:
+    # >= 512 outputs at 70 rows: packed weight panels forward, dy panels over two 64-sample passes
+    # for the weight gradients, transposed weight panels (a 512 + 18 output split) for dx.
+    layers = [Linear(600), Tanh(), Linear(530), Tanh()]
+    net = Net(NetSpec((20,), layers, [Categorical(3), Value()]))
+    check_backward(net, batch=70, per_block=8)
+
+
 def test_backward_gaussian_log_std_gradient_is_column_sum() -> None:
     net = Net(NetSpec((3,), [], [Gaussian(2)]))
     params = random_params(net, 0)
