@@ -257,7 +257,21 @@ def test_the_log_display_logs_every_interval_and_at_the_end(caplog) -> None:
         assert caplog.records == []  # the interval has not passed
         display.close()
     (record,) = caplog.records
-    assert record.getMessage().startswith("env steps 2,000/100,000")
+    assert record.getMessage().startswith("env steps 2,000/100,000 (2%) | 1.0k steps/s")
+
+
+def test_the_last_log_line_shows_the_runs_rate_not_the_last_intervals(caplog) -> None:
+    # A run that stops on its target ends with evaluation episodes: no env steps since the
+    # previous line, so that interval's rate is 0, while the run averaged 1,000 steps/s.
+    display = LogDisplay(100_000, interval_s=0.0)
+    with caplog.at_level(logging.INFO, logger="rlpar"):
+        display.update(progress(2000, 2.0))
+        display._next = float("inf")  # the next update comes before the interval has passed
+        display.update(progress(2000, 3.0))
+        display.close()
+    first, last = (r.getMessage() for r in caplog.records)
+    assert "| 1.0k steps/s |" in first
+    assert "| 667 steps/s |" in last  # 2,000 steps over 3.0 s
 
 
 def test_the_bar_shows_steps_return_and_lag() -> None:

@@ -100,11 +100,13 @@ class LogDisplay(NoDisplay):
             self._log(p)
 
     def close(self) -> None:
+        # The last line sums the run up: its steps/s is the whole run's. The last interval's may
+        # be 0 (a run that stops on its target ends in evaluation episodes, with no env steps).
         if self._last is not None and self._last is not self._logged:
-            self._log(self._last)
+            self._log(self._last, self._last.env_steps_per_s)
 
-    def _log(self, p: Progress) -> None:
-        log.info("%s", status_line(p, self.total, self._rate(p)))
+    def _log(self, p: Progress, rate: float | None = None) -> None:
+        log.info("%s", status_line(p, self.total, self._rate(p) if rate is None else rate))
         self._logged = p
 
 
