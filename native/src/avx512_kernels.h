@@ -239,15 +239,4 @@ inline void transpose16(float* dst, int64_t ldd, const float* src, int64_t lds) 
   }
 }
 
-// wt: [cols, rows] <- w: [rows, cols].
-inline void transpose(float* wt, const float* w, int64_t rows, int64_t cols) {
-  const int64_t r16 = rows / 16 * 16, c16 = cols / 16 * 16;
-  for (int64_t i = 0; i < r16; i += 16) {
-    for (int64_t j = 0; j < c16; j += 16) transpose16(wt + j * rows + i, rows, w + i * cols + j, cols);
-  }
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = (i < r16 ? c16 : 0); j < cols; ++j) wt[j * rows + i] = w[i * cols + j];
-  }
-}
-
 }  // namespace rlpar::layers::simd
