@@ -198,6 +198,12 @@ void linear_weight_grad_panels(float* dw, const float* dy, const float* x, int64
 // 121-129, 256 rows 54 -> 112, 32 rows 67 -> 82, 16 rows 62 -> 58; the LSTM's 256 <- 1024 at 80
 // rows 78 -> 120; and against a whole transposed copy plus the forward (< 256 outputs, the same
 // floats): MinAtar's 1600 <- 128 at 256 rows 89-94 -> 120-134, 64 <- 64 97-138 -> 94-131.
+// Known cost, not yet measured where it matters: every call transposes the whole weight (in x
+// out floats), so a backward split into P parts (Net with a ThreadPool) transposes it P times,
+// each part for its own rows; at 16 parts of a Nature step that is ~100 MB of copying per step
+// against ~1 ms of GEMM per part. Packing the panels once per call into the workspace, shared
+// by the parts (two pool runs per Linear layer), would remove it. The weight gradient's dy
+// panels are likewise copied by every part (batch x out floats each).
 template <int NV>
 void linear_data_grad_columns(float* dx, const float* dy, const float* w, int64_t batch,
                               int64_t in, int64_t out, int64_t j0) {
