@@ -155,80 +155,112 @@ void linear_forward_all(float* y, const float* x, const float* w, const float* b
 // 1600 -> 128 (MinAtar) 125-128 either way, 64 -> 64 121-124 -> 112-115.
 constexpr int64_t kPanelDyOut = 256;
 
+constexpr int64_t kDyCols = 16 * simd::kMaxVectors;  // columns of one dy panel
+
+int64_t dy_panels_of(int64_t out) { return (out + kDyCols - 1) / kDyCols; }
+
+// Floats of one pass's panels: [panels][kDwSamples][kDyCols].
+int64_t dy_pass_floats(int64_t out) { return dy_panels_of(out) * kDwSamples * kDyCols; }
+
+// Copies the pass of samples n0 .. n0 + samples of dy into its panels.
+void pack_dy_pass(float* panel, const float* dy, int64_t n0, int64_t samples, int64_t out) {
+  for (int64_t p = 0; p < dy_panels_of(out); ++p) {
+    const int64_t cols = std::min(kDyCols, out - p * kDyCols);
+    for (int64_t n = 0; n < samples; ++n) {
+      std::memcpy(panel + (p * kDwSamples + n) * kDyCols, dy + (n0 + n) * out + p * kDyCols,
+                  sizeof(float) * cols);
+    }
+  }
+}
+
 // Rows j0 .. j1 of dw += x^T dy with the loops turned around: for each pass of kDwSamples
-// samples, the pass's dy is copied into contiguous 64-column panels (a thread's own buffer:
-// rows of dy >= 1 KiB apart share few L1 sets), then each tile of KR rows of dw runs over every
-// column panel while its x values stay in L1. Each dw float sums the samples in the order of
-// linear_weight_grad_columns, so the result is the same bit for bit.
+// samples, the pass's dy is copied into contiguous 64-column panels (rows of dy >= 1 KiB apart
+// share few L1 sets), then each tile of KR rows of dw runs over every column panel while its x
+// values stay in L1. Each dw float sums the samples in the order of linear_weight_grad_columns,
+// so the result is the same bit for bit. `packed`: every pass's panels, packed once for all
+// the calls of a split backward (pack_linear_dy_panels); nullptr: each pass is copied into a
+// thread's own buffer here.
 void linear_weight_grad_panels(float* dw, const float* dy, const float* x, int64_t batch,
-                               int64_t in, int64_t out, int64_t j0, int64_t j1) {
+                               int64_t in, int64_t out, int64_t j0, int64_t j1,
+                               const float* packed) {
   constexpr int KR = simd::tile_rows<simd::kMaxVectors>();
-  constexpr int64_t kCols = 16 * simd::kMaxVectors;
-  const int64_t panels = (out + kCols - 1) / kCols;
-  thread_local std::vector<float> panel;
-  panel.resize(panels * kDwSamples * kCols);
+  thread_local std::vector<float> own;
+  if (packed == nullptr) own.resize(dy_pass_floats(out));
   for (int64_t n0 = 0; n0 < batch; n0 += kDwSamples) {
     const int64_t samples = std::min(kDwSamples, batch - n0);
-    for (int64_t p = 0; p < panels; ++p) {
-      const int64_t cols = std::min(kCols, out - p * kCols);
-      for (int64_t n = 0; n < samples; ++n) {
-        std::memcpy(panel.data() + (p * kDwSamples + n) * kCols, dy + (n0 + n) * out + p * kCols,
-                    sizeof(float) * cols);
-      }
+    const float* panel;
+    if (packed != nullptr) {
+      panel = packed + n0 / kDwSamples * dy_pass_floats(out);
+    } else {
+      pack_dy_pass(own.data(), dy, n0, samples, out);
+      panel = own.data();
     }
     for (int64_t j = j0; j < j1; j += KR) {
       const int64_t rows = std::min<int64_t>(KR, j1 - j);
       for_column_tiles(out, [&](auto nv, int64_t oc0) {
         constexpr int NV = decltype(nv)::value;
-        simd::DwArgs g{dw + j * out + oc0, panel.data() + (oc0 / kCols) * kDwSamples * kCols,
+        simd::DwArgs g{dw + j * out + oc0, panel + (oc0 / kDyCols) * kDwSamples * kDyCols,
                        x + n0 * in + j, out, 1, samples, in, 0,
                        simd::tail_mask(out - oc0 - 16 * (NV - 1))};
-        g.ldd = kCols;
+        g.ldd = kDyCols;
         simd::dw_tile_n<KR, NV>(rows, g);
       });
     }
   }
 }
 
+// panel[k][c] = w[j0 + c][k0 + k] for k < run, c < cols (rows kCols floats apart).
+void pack_dx_block(float* panel, int64_t kcols, const float* w, int64_t out, int64_t j0,
+                   int64_t cols, int64_t k0, int64_t run) {
+  const int64_t c16 = cols / 16 * 16, k16 = run / 16 * 16;
+  for (int64_t c = 0; c < c16; c += 16) {
+    for (int64_t k = 0; k < k16; k += 16) {
+      simd::transpose16(panel + k * kcols + c, kcols, w + (j0 + c) * out + k0 + k, out);
+    }
+  }
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t k = (c < c16 ? k16 : 0); k < run; ++k) {
+      panel[k * kcols + c] = w[(j0 + c) * out + k0 + k];
+    }
+  }
+}
+
+// Where pack_linear_dx_panels puts the block of outputs k0 .. k0 + kLinearBlock of the column
+// tile j0 .. j0 + kcols: each tile owns kcols x out floats from j0 x out on.
+int64_t dx_block_offset(int64_t j0, int64_t kcols, int64_t out, int64_t k0) {
+  return j0 * out + k0 * kcols;
+}
+
 // dx[:, j0 .. j0 + 16 NV] = dy w^T by the forward's tiles: each block of kLinearBlock outputs is
-// transposed from w's rows j0 .. j0 + 16 NV into a contiguous panel (a thread's own buffer), which
-// the tiles read as the forward reads a packed w. Each dx float sums the outputs in order,
-// whatever the batch. Measured in one process, alternating (GFLOP/s, against the dot products
-// along w's rows used before for >= 256 outputs): Nature's 3136 <- 512 at 640 rows 66-70 ->
-// 121-129, 256 rows 54 -> 112, 32 rows 67 -> 82, 16 rows 62 -> 58; the LSTM's 256 <- 1024 at 80
-// rows 78 -> 120; and against a whole transposed copy plus the forward (< 256 outputs, the same
-// floats): MinAtar's 1600 <- 128 at 256 rows 89-94 -> 120-134, 64 <- 64 97-138 -> 94-131.
-// Known cost, not yet measured where it matters: every call transposes the whole weight (in x
-// out floats), so a backward split into P parts (Net with a ThreadPool) transposes it P times,
-// each part for its own rows; at 16 parts of a Nature step that is ~100 MB of copying per step
-// against ~1 ms of GEMM per part. Packing the panels once per call into the workspace, shared
-// by the parts (two pool runs per Linear layer), would remove it. The weight gradient's dy
-// panels are likewise copied by every part (batch x out floats each).
+// transposed from w's rows j0 .. j0 + 16 NV into a contiguous panel, which the tiles read as the
+// forward reads a packed w. Each dx float sums the outputs in order, whatever the batch.
+// Measured in one process, alternating (GFLOP/s, against the dot products along w's rows used
+// before for >= 256 outputs): Nature's 3136 <- 512 at 640 rows 66-70 -> 121-129, 256 rows 54 ->
+// 112, 32 rows 67 -> 82, 16 rows 62 -> 58; the LSTM's 256 <- 1024 at 80 rows 78 -> 120; and
+// against a whole transposed copy plus the forward (< 256 outputs, the same floats): MinAtar's
+// 1600 <- 128 at 256 rows 89-94 -> 120-134, 64 <- 64 97-138 -> 94-131.
+// `packed`: every block's panel, packed once for many calls (pack_linear_dx_panels: the parts
+// of a split backward, which would each transpose the whole weight for their own rows, or an
+// LSTM's steps); nullptr: each block is transposed into a thread's own buffer here.
 template <int NV>
 void linear_data_grad_columns(float* dx, const float* dy, const float* w, int64_t batch,
-                              int64_t in, int64_t out, int64_t j0) {
+                              int64_t in, int64_t out, int64_t j0, const float* packed) {
   constexpr int R = simd::tile_rows<NV>();
   constexpr int64_t kCols = 16 * NV;
-  thread_local std::vector<float> panel;
-  panel.resize(kLinearBlock * kCols);
+  thread_local std::vector<float> own;
+  if (packed == nullptr) own.resize(kLinearBlock * kCols);
   const int64_t cols = std::min(kCols, in - j0);
   const float* a[R];
-  simd::FwdArgs g{a, 1, 0, 0, panel.data(), nullptr, kCols, nullptr,
+  simd::FwdArgs g{a, 1, 0, 0, nullptr, nullptr, kCols, nullptr,
                   simd::tail_mask(in - j0 - 16 * (NV - 1)), false};
   g.ldy = in;
   for (int64_t k0 = 0; k0 < out; k0 += kLinearBlock) {
     g.run = std::min(kLinearBlock, out - k0);
-    // panel[k][c] = w[j0 + c][k0 + k]
-    const int64_t c16 = cols / 16 * 16, k16 = g.run / 16 * 16;
-    for (int64_t c = 0; c < c16; c += 16) {
-      for (int64_t k = 0; k < k16; k += 16) {
-        simd::transpose16(panel.data() + k * kCols + c, kCols, w + (j0 + c) * out + k0 + k, out);
-      }
-    }
-    for (int64_t c = 0; c < cols; ++c) {
-      for (int64_t k = (c < c16 ? k16 : 0); k < g.run; ++k) {
-        panel[k * kCols + c] = w[(j0 + c) * out + k0 + k];
-      }
+    if (packed != nullptr) {
+      g.w = packed + dx_block_offset(j0, kCols, out, k0);
+    } else {
+      pack_dx_block(own.data(), kCols, w, out, j0, cols, k0, g.run);
+      g.w = own.data();
     }
     g.first = k0 == 0;
     g.final = k0 + g.run == out;
@@ -281,13 +313,14 @@ void linear_forward_add(float* y, const float* x, const float* w, int64_t batch,
 }
 
 void linear_weight_grad(float* dw, float* db, const float* dy, const float* x, int64_t batch,
-                        int64_t in, int64_t out, int64_t part, int64_t parts) {
+                        int64_t in, int64_t out, int64_t part, int64_t parts,
+                        const float* dy_panels) {
 #if RLPAR_LINEAR_AVX512
   int64_t j0, j1, o0, o1;
   split_range(in, parts, part, &j0, &j1);
   split_range(out, parts, part, &o0, &o1);
   if (j1 > j0 && out >= kPanelDyOut) {
-    linear_weight_grad_panels(dw, dy, x, batch, in, out, j0, j1);
+    linear_weight_grad_panels(dw, dy, x, batch, in, out, j0, j1, dy_panels);
   } else if (j1 > j0) {
     for_column_tiles(out, [&](auto nv, int64_t oc0) {
       linear_weight_grad_columns<decltype(nv)::value>(dw, dy, x, batch, in, out, oc0, j0, j1);
@@ -296,6 +329,7 @@ void linear_weight_grad(float* dw, float* db, const float* dy, const float* x, i
   if (o1 > o0) add_column_sums(db + o0, dy + o0, batch, o1 - o0, out);
 #else
   (void)parts;
+  (void)dy_panels;
   if (part != 0) return;  // Eigen's GEMM computes the whole gradient in one part
   MatMap(dw, in, out).noalias() += ConstMatMap(x, batch, in).transpose() * ConstMatMap(dy, batch, out);
   add_column_sums(db, dy, batch, out, out);
@@ -303,14 +337,71 @@ void linear_weight_grad(float* dw, float* db, const float* dy, const float* x, i
 }
 
 void linear_data_grad(float* dx, const float* dy, const float* w, int64_t batch, int64_t in,
-                      int64_t out) {
+                      int64_t out, const float* w_panels) {
 #if RLPAR_LINEAR_AVX512
   for_column_tiles(in, [&](auto nv, int64_t j0) {
-    linear_data_grad_columns<decltype(nv)::value>(dx, dy, w, batch, in, out, j0);
+    linear_data_grad_columns<decltype(nv)::value>(dx, dy, w, batch, in, out, j0, w_panels);
   });
 #else
+  (void)w_panels;
   MatMap(dx, batch, in).noalias() =
       ConstMatMap(dy, batch, out) * ConstMatMap(w, in, out).transpose();
+#endif
+}
+
+int64_t linear_dx_panel_floats(int64_t in, int64_t out) {
+#if RLPAR_LINEAR_AVX512
+  return (in + 15) / 16 * 16 * out;  // each column tile's kCols x out floats (dx_block_offset)
+#else
+  (void)in;
+  (void)out;
+  return 0;
+#endif
+}
+
+void pack_linear_dx_panels(float* panels, const float* w, int64_t in, int64_t out, int64_t part,
+                           int64_t parts) {
+#if RLPAR_LINEAR_AVX512
+  // The parts take contiguous runs of the column tiles (for_column_tiles' tiles of 64 columns).
+  constexpr int64_t kTile = 16 * simd::kMaxVectors;
+  int64_t t0, t1;
+  split_range((in + kTile - 1) / kTile, parts, part, &t0, &t1);
+  for (int64_t j0 = t0 * kTile; j0 < std::min(in, t1 * kTile); j0 += kTile) {
+    const int64_t cols = std::min(kTile, in - j0), kcols = (cols + 15) / 16 * 16;
+    for (int64_t k0 = 0; k0 < out; k0 += kLinearBlock) {
+      pack_dx_block(panels + dx_block_offset(j0, kcols, out, k0), kcols, w, out, j0, cols, k0,
+                    std::min(kLinearBlock, out - k0));
+    }
+  }
+#else
+  (void)panels, (void)w, (void)in, (void)out, (void)part, (void)parts;
+#endif
+}
+
+int64_t linear_dy_panel_floats(int64_t batch, int64_t out) {
+#if RLPAR_LINEAR_AVX512
+  if (out < kPanelDyOut) return 0;
+  return (batch + kDwSamples - 1) / kDwSamples * dy_pass_floats(out);
+#else
+  (void)batch;
+  (void)out;
+  return 0;
+#endif
+}
+
+void pack_linear_dy_panels(float* panels, const float* dy, int64_t batch, int64_t out,
+                           int64_t part, int64_t parts) {
+#if RLPAR_LINEAR_AVX512
+  if (out < kPanelDyOut) return;
+  int64_t p0, p1;  // passes of kDwSamples samples
+  split_range((batch + kDwSamples - 1) / kDwSamples, parts, part, &p0, &p1);
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t n0 = p * kDwSamples;
+    pack_dy_pass(panels + p * dy_pass_floats(out), dy, n0, std::min(kDwSamples, batch - n0),
+                 out);
+  }
+#else
+  (void)panels, (void)dy, (void)batch, (void)out, (void)part, (void)parts;
 #endif
 }
 

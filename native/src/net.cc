@@ -426,9 +426,11 @@ Net::~Net() = default;
 size_t Net::core_slot(size_t k) const { return kActBase + layers_.size() + 1 + k; }
 
 namespace {
-// LSTM workspace slots, after the activations (Net::core_slot).
+// Workspace slots after the activations (Net::core_slot): the LSTM's, then the shared panels
+// of a split Linear backward (torso_backward; the LSTM's backward uses kDxPanels before it),
+// then the torso parts' scratch.
 enum : size_t { kCoreH = 0, kCoreGates, kCoreHPrev, kCoreCPrev, kCoreC, kCoreTanhC, kCoreResets,
-                kCoreDGates, kCoreDState, kCoreSlots };
+                kCoreDGates, kCoreDState, kDxPanels, kDyPanels, kCoreSlots };
 // A part gets at least this much work (flops, ~0.1 ms): waking the workers costs microseconds,
 // so splitting a small batch costs more than it saves (measured: an MLP learner step of
 // [20, 32] rows ran at x0.9 of one thread when split in two).
@@ -677,8 +679,11 @@ const float* Net::core_backward(const float* params, float* dh, float* grad, flo
                             ws.get(core_slot(kCoreTanhC), rows * h)};
   float* dgates = ws.get(core_slot(kCoreDGates), rows * 4 * h);
   float* dstate = ws.get(core_slot(kCoreDState), seqs * 2 * h);
+  const int64_t panel_floats = lstm::backward_panel_floats(d);
+  float* panels = panel_floats > 0 ? ws.get(core_slot(kDxPanels), panel_floats) : nullptr;
   lstm::backward(d, ws.act[layers_.size()], params + core_wx_, params + core_wh_, ws.resets, tape,
-                 dh, dgates, dstate, dx, grad + core_wx_, grad + core_wh_, grad + core_b_);
+                 dh, dgates, dstate, panels, dx, grad + core_wx_, grad + core_wh_,
+                 grad + core_b_);
   return dx;
 }
 
@@ -706,6 +711,27 @@ void Net::torso_backward(const float* params, float* dy, float* other, float* gr
     float* dx = need_dx ? g[1 - cur] : nullptr;
     const float* x = ws.act[k];
     const float* y = ws.act[k + 1];
+    // Split in parts, a Linear layer first packs w's transposed panels and dy's panels once, a
+    // slice per part, for every part to read: each part would otherwise copy the whole weight
+    // (and all of dy) for its own rows.
+    const float* dx_panels = nullptr;
+    const float* dy_panels = nullptr;
+    if (parts > 1 && l.kind == LayerKind::Linear) {
+      const int64_t in = l.in[0], out = l.out[0];
+      const int64_t wt_floats = dx ? layers::linear_dx_panel_floats(in, out) : 0;
+      const int64_t dy_floats = layers::linear_dy_panel_floats(batch, out);
+      float* wt = wt_floats > 0 ? ws.get(core_slot(kDxPanels), wt_floats) : nullptr;
+      float* dyp = dy_floats > 0 ? ws.get(core_slot(kDyPanels), dy_floats) : nullptr;
+      if (wt != nullptr || dyp != nullptr) {
+        auto pack = [&](int64_t p) {
+          if (wt) layers::pack_linear_dx_panels(wt, params + l.w, in, out, p, parts);
+          if (dyp) layers::pack_linear_dy_panels(dyp, d, batch, out, p, parts);
+        };
+        run_parts(pool, parts, pack);
+      }
+      dx_panels = wt;
+      dy_panels = dyp;
+    }
     auto part = [&](int64_t p) {
       int64_t r0, r1;
       layers::split_range(batch, parts, p, &r0, &r1);
@@ -714,9 +740,10 @@ void Net::torso_backward(const float* params, float* dy, float* other, float* gr
       switch (l.kind) {
         case LayerKind::Linear:
           layers::linear_weight_grad(grad + l.w, grad + l.b, d, x, batch, l.in[0], l.out[0], p,
-                                     parts);
+                                     parts, dy_panels);
           if (dx) {
-            layers::linear_data_grad(dx_rows, d + r0 * out_n, params + l.w, n, l.in[0], l.out[0]);
+            layers::linear_data_grad(dx_rows, d + r0 * out_n, params + l.w, n, l.in[0], l.out[0],
+                                     dx_panels);
           }
           break;
         case LayerKind::Conv2d:

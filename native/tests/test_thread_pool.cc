@@ -2,6 +2,7 @@
 // shows that a pool's runs hand their work over without races, and that a net's torso split
 // over batch rows keeps the parts apart; the results must be deterministic for a pool size.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "check.h"
+#include "rlpar/layers.h"
 #include "rlpar/net.h"
 #include "rlpar/thread_pool.h"
 
@@ -178,6 +180,56 @@ void split_matches_whole(const char* name, const rlpar::NetSpec& spec, int64_t s
               mismatches.load());
 }
 
+// A Linear backward reading panels packed once, a slice per part on the pool (as a split
+// backward and an LSTM's steps do), gives the floats of the calls that pack their own: widths
+// with tail tiles, more than one 512-output block, dy passes with a short last one, and more
+// parts than there are tiles or passes (some parts pack nothing).
+void shared_panels_match_own() {
+  namespace L = rlpar::layers;
+  rlpar::ThreadPool pool(3);
+  int checked = 0;
+  for (const auto& [batch, in, out] : {std::array<int64_t, 3>{70, 600, 520},
+                                       std::array<int64_t, 3>{130, 130, 1030},
+                                       std::array<int64_t, 3>{5, 40, 300},
+                                       std::array<int64_t, 3>{64, 77, 100}}) {
+    const auto w = random_vector(in * out, 11, 0.1f);
+    const auto dy = random_vector(batch * out, 12, 1.0f);
+    const auto x = random_vector(batch * in, 13, 1.0f);
+    std::vector<float> own_dx(batch * in), own_dw(in * out, 0.5f), own_db(out, 0.25f);
+    L::linear_data_grad(own_dx.data(), dy.data(), w.data(), batch, in, out);
+    L::linear_weight_grad(own_dw.data(), own_db.data(), dy.data(), x.data(), batch, in, out, 0, 1);
+    for (int64_t parts : {1, 2, 5, 40}) {
+      std::vector<float> wt(L::linear_dx_panel_floats(in, out));
+      std::vector<float> dyp(L::linear_dy_panel_floats(batch, out));
+      pool.run(parts, [&](int64_t p) {
+        L::pack_linear_dx_panels(wt.data(), w.data(), in, out, p, parts);
+        L::pack_linear_dy_panels(dyp.data(), dy.data(), batch, out, p, parts);
+      });
+      const float* wt_or_null = wt.empty() ? nullptr : wt.data();
+      const float* dyp_or_null = dyp.empty() ? nullptr : dyp.data();
+      std::vector<float> dx(batch * in), dw(in * out, 0.5f), db(out, 0.25f);
+      pool.run(parts, [&](int64_t p) {
+        int64_t r0, r1;
+        L::split_range(batch, parts, p, &r0, &r1);
+        L::linear_data_grad(dx.data() + r0 * in, dy.data() + r0 * out, w.data(), r1 - r0, in,
+                            out, wt_or_null);
+        L::linear_weight_grad(dw.data(), db.data(), dy.data(), x.data(), batch, in, out, p, parts,
+                              dyp_or_null);
+      });
+#if defined(__AVX512F__)
+      CHECK(!wt.empty());
+      CHECK(dyp.empty() == (out < 256));
+      CHECK(dx == own_dx && dw == own_dw && db == own_db);
+#else
+      CHECK(wt.empty() && dyp.empty());  // the Eigen path reads no panels
+      CHECK(max_rel_diff(dx, own_dx) < 1e-5 && max_rel_diff(dw, own_dw) < 1e-5);
+#endif
+      ++checked;
+    }
+  }
+  std::printf("shared panels: %d shapes x parts, same floats as the calls' own panels\n", checked);
+}
+
 rlpar::NetSpec wide_conv_spec(int64_t lstm) {
   rlpar::NetSpec spec;
   spec.input_shape = {9, 9, 3};
@@ -217,6 +269,7 @@ int main() {
   every_task_runs_once();
   exceptions_reach_the_caller();
   nested_and_shared_runs();
+  shared_panels_match_own();
   split_matches_whole("conv torso", wide_conv_spec(0), 1, 43);
   split_matches_whole("conv torso + LSTM", wide_conv_spec(16), 6, 7);
   split_matches_whole("scaled input", scaled_input_spec(), 1, 150);

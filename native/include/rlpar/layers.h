@@ -27,13 +27,28 @@ void linear_forward_add(float* y, const float* x, const float* w, int64_t batch,
 // The backward of dy: [B, out] is linear_weight_grad (all parts) and linear_data_grad.
 // Part `part` of `parts` of dw += x^T dy and db += sum_b dy: a contiguous slice of dw's rows and
 // of db, summing the samples in order (the parts together give the floats of the whole; the
-// Eigen path computes everything in part 0).
+// Eigen path computes everything in part 0). `dy_panels`: dy as pack_linear_dy_panels laid it
+// out, or nullptr (each call then copies the panels it needs itself).
 void linear_weight_grad(float* dw, float* db, const float* dy, const float* x, int64_t batch,
-                        int64_t in, int64_t out, int64_t part, int64_t parts);
+                        int64_t in, int64_t out, int64_t part, int64_t parts,
+                        const float* dy_panels = nullptr);
 // dx: [B, in] = dy w^T (rows independent; with the AVX-512 kernels each row's sums run over the
-// outputs in order, whatever the batch).
+// outputs in order, whatever the batch). `w_panels`: w as pack_linear_dx_panels laid it out, or
+// nullptr (the call then transposes w itself, block by block). Same floats either way.
 void linear_data_grad(float* dx, const float* dy, const float* w, int64_t batch, int64_t in,
-                      int64_t out);
+                      int64_t out, const float* w_panels = nullptr);
+
+// Packing shared by many backward calls: the parts of a split backward, each of which would
+// otherwise copy the whole weight (or dy) for its own rows, or an LSTM's steps, which all read
+// one recurrent weight. The sizes are 0 where the kernels read no panels (builds without
+// AVX-512; dy of fewer than 256 columns), and the packs then do nothing. Part `part` of
+// `parts` packs its own slice, so the parts may run at once.
+int64_t linear_dx_panel_floats(int64_t in, int64_t out);
+void pack_linear_dx_panels(float* panels, const float* w, int64_t in, int64_t out, int64_t part,
+                           int64_t parts);
+int64_t linear_dy_panel_floats(int64_t batch, int64_t out);
+void pack_linear_dy_panels(float* panels, const float* dy, int64_t batch, int64_t out,
+                           int64_t part, int64_t parts);
 
 struct ConvShape {
   int64_t h, w, c;        // input, channels last
