@@ -45,12 +45,11 @@ void forward(const LstmDims& d, const float* x, const float* wx, const float* wh
              const float* state0, const uint8_t* resets, float* h, const LstmTape& tape,
              float* state_out);
 
-// dh: [T N, H] gradient w.r.t. the outputs h (destroyed: the recurrent gradient is added into
-// it). `dgates` is scratch [T N, 4H], `dstate` scratch [N, 2H], `wh_panels` scratch of
-// backward_panel_floats(d) floats (nullptr when that is 0). Adds dWx, dWh, db into dwx, dwh,
-// db and writes dx [T N, in] (nullable).
+// dh: [T N, H] gradient w.r.t. the outputs h. `dgates` is scratch [T N, 4H], `dstate` scratch
+// [N, 2H], `wh_panels` scratch of backward_panel_floats(d) floats (nullptr when that is 0).
+// Adds dWx, dWh, db into dwx, dwh, db and writes dx [T N, in] (nullable).
 void backward(const LstmDims& d, const float* x, const float* wx, const float* wh,
-              const uint8_t* resets, const LstmTape& tape, float* dh, float* dgates,
+              const uint8_t* resets, const LstmTape& tape, const float* dh, float* dgates,
               float* dstate, float* wh_panels, float* dx, float* dwx, float* dwh, float* db);
 // Floats of backward's `wh_panels`: Wh laid out once for every step's recurrent gradient.
 int64_t backward_panel_floats(const LstmDims& d);
