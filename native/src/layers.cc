@@ -240,8 +240,8 @@ int64_t dx_block_offset(int64_t j0, int64_t kcols, int64_t out, int64_t k0) {
 // against a whole transposed copy plus the forward (< 256 outputs, the same floats): MinAtar's
 // 1600 <- 128 at 256 rows 89-94 -> 120-134, 64 <- 64 97-138 -> 94-131.
 // `packed`: every block's panel, packed once for many calls (pack_linear_dx_panels: the parts
-// of a split backward, which would each transpose the whole weight for their own rows, or an
-// LSTM's steps); nullptr: each block is transposed into a thread's own buffer here.
+// of a backward split in many parts, which would each transpose the whole weight for their own
+// rows, or an LSTM's steps); nullptr: each block is transposed into a thread's own buffer here.
 template <int NV>
 void linear_data_grad_columns(float* dx, const float* dy, const float* w, int64_t batch,
                               int64_t in, int64_t out, int64_t j0, const float* packed) {

@@ -436,6 +436,17 @@ enum : size_t { kCoreH = 0, kCoreGates, kCoreHPrev, kCoreCPrev, kCoreC, kCoreTan
 // [20, 32] rows ran at x0.9 of one thread when split in two).
 constexpr double kMinPartFlops = 1e7;
 
+// From this many parts on, a Linear layer's backward packs its panels once for all parts
+// (torso_backward). Every part reads the whole weight either way; packing on its own, each part
+// also transposes all of it, into panels that stay in its L2, while shared panels (6.4 MB for
+// the Nature torso's 3136 -> 512 weight) go out to memory and back. Measured on 2 cores for that
+// layer: its split backward at 640 rows ran 3-5 % slower shared at 2 parts (16.4-23.0 ms own
+// against 17.2-24.0); the data gradient of 40 rows (a 16th of 640) took 1.4-1.8 ms packing its
+// own panels against 1.1-1.6 ms reading prepacked ones, and packing the whole weight 0.8 ms
+// (0.05 ms a part at 16). Where between 2 and 16 the shared pack starts to pay needs a machine
+// with the cores to measure; 4 is the estimate.
+constexpr int64_t kSharedPanelParts = 4;
+
 // fn(0) on the calling thread when there is one part, else fn(0 .. parts - 1) on the pool (by
 // reference: std::function keeps a reference_wrapper without allocating).
 template <typename Fn>
@@ -711,12 +722,12 @@ void Net::torso_backward(const float* params, float* dy, float* other, float* gr
     float* dx = need_dx ? g[1 - cur] : nullptr;
     const float* x = ws.act[k];
     const float* y = ws.act[k + 1];
-    // Split in parts, a Linear layer first packs w's transposed panels and dy's panels once, a
-    // slice per part, for every part to read: each part would otherwise copy the whole weight
-    // (and all of dy) for its own rows.
+    // Split in many parts, a Linear layer first packs w's transposed panels and dy's panels
+    // once, a slice per part, for every part to read: each part would otherwise copy the whole
+    // weight (and all of dy) for its own rows.
     const float* dx_panels = nullptr;
     const float* dy_panels = nullptr;
-    if (parts > 1 && l.kind == LayerKind::Linear) {
+    if (parts >= kSharedPanelParts && l.kind == LayerKind::Linear) {
       const int64_t in = l.in[0], out = l.out[0];
       const int64_t wt_floats = dx ? layers::linear_dx_panel_floats(in, out) : 0;
       const int64_t dy_floats = layers::linear_dy_panel_floats(batch, out);
