@@ -49,8 +49,9 @@ struct FwdArgs {
   // A GEMM split along its inner dimension runs one tile per block: the first block starts from
   // zero, later ones from y; only the final block adds the bias (and applies the ReLU).
   bool first = true, final = true;
-  // Fetch w's rows kPrefetchRows ahead: rows 2 KiB or more apart defeat the hardware's stride
-  // prefetcher, and each w row of a tile is then a cache miss waited for.
+  // Fetch w's rows kPrefetchRows ahead into L1: rows 2 KiB or more apart defeat the hardware's
+  // stride prefetcher, and each w row of a tile is then a cache miss waited for; a packed
+  // panel's rows, read from L2, also arrive sooner.
   bool prefetch = false;
   int64_t ldy = 0;  // floats between rows of y; 0: ldw (y's rows are as long as w's)
 };
