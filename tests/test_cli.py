@@ -369,7 +369,7 @@ def test_progress_off_a_terminal_is_log_lines(tmp_path: Path) -> None:
     assert any(" INFO run directory: runs/cartpole_impala/" in line for line in lines)
     progress = [line for line in lines if " INFO env steps " in line]
     assert progress and "/5,000 (" in progress[-1] and " steps/s | return " in progress[-1]
-    assert "ETA" in progress[-1] and "\r" not in proc.stderr
+    assert " | ended after " in progress[-1] and "\r" not in proc.stderr
     quiet = run_cli(tmp_path, "train", IMPALA, *TINY, "--quiet")
     assert quiet.returncode == 0 and quiet.stderr == ""
 

@@ -230,6 +230,8 @@ def test_status_line_shows_steps_rate_return_lag_and_eta() -> None:
     )
     assert "return - |" in status_line(progress(10, 1.0, None), 100, rate=0.0)
     assert status_line(progress(10, 1.0), 100, rate=0.0).endswith("ETA ?")
+    # Once the run has ended: its wall time instead of an ETA.
+    assert status_line(progress(10, 75.0), 100, rate=1.0, done=True).endswith("| ended after 1:15")
 
 
 class FakeStream(io.StringIO):
@@ -258,6 +260,7 @@ def test_the_log_display_logs_every_interval_and_at_the_end(caplog) -> None:
         display.close()
     (record,) = caplog.records
     assert record.getMessage().startswith("env steps 2,000/100,000 (2%) | 1.0k steps/s")
+    assert record.getMessage().endswith("| ended after 0:02")
 
 
 def test_the_last_log_line_shows_the_runs_rate_not_the_last_intervals(caplog) -> None:
@@ -270,8 +273,18 @@ def test_the_last_log_line_shows_the_runs_rate_not_the_last_intervals(caplog) ->
         display.update(progress(2000, 3.0))
         display.close()
     first, last = (r.getMessage() for r in caplog.records)
-    assert "| 1.0k steps/s |" in first
+    assert "| 1.0k steps/s |" in first and "| ETA " in first
     assert "| 667 steps/s |" in last  # 2,000 steps over 3.0 s
+    assert last.endswith("| ended after 0:03")
+
+
+def test_the_last_log_line_comes_even_when_the_last_update_was_logged(caplog) -> None:
+    display = LogDisplay(100_000, interval_s=0.0)
+    with caplog.at_level(logging.INFO, logger="rlpar"):
+        display.update(progress(2000, 2.0))
+        display.close()
+    first, last = (r.getMessage() for r in caplog.records)
+    assert "| ETA " in first and last.endswith("| ended after 0:02")
 
 
 def test_the_bar_shows_steps_return_and_lag() -> None:

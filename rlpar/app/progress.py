@@ -57,15 +57,19 @@ class _Rate:
         return (p.env_steps - prev[1]) / (p.wall_s - prev[0])
 
 
-def status_line(p: Progress, total_env_steps: int, rate: float) -> str:
-    """One line: env steps / total, steps/s, mean return, policy lag, learner steps, ETA."""
-    left = max(0, total_env_steps - p.env_steps)
-    eta = _duration(left / rate) if rate > 0 else "?"
+def status_line(p: Progress, total_env_steps: int, rate: float, done: bool = False) -> str:
+    """One line: env steps / total, steps/s, mean return, policy lag, learner steps, and the ETA
+    (or, once the run has ended, its wall time)."""
+    if done:
+        when = f"ended after {_duration(p.wall_s)}"
+    else:
+        left = max(0, total_env_steps - p.env_steps)
+        when = f"ETA {_duration(left / rate) if rate > 0 else '?'}"
     pct = 100.0 * min(1.0, p.env_steps / total_env_steps)
     return (
         f"env steps {p.env_steps:,}/{total_env_steps:,} ({pct:.0f}%) | {_si(rate)} steps/s | "
         f"{_return_text(p)} | lag {p.policy_lag_mean:.1f}/{p.policy_lag_max} | "
-        f"learner steps {p.learner_steps:,} | ETA {eta}"
+        f"learner steps {p.learner_steps:,} | {when}"
     )
 
 
@@ -90,7 +94,6 @@ class LogDisplay(NoDisplay):
         self._rate = _Rate()
         self._next = time.perf_counter() + interval_s
         self._last: Progress | None = None
-        self._logged: Progress | None = None
 
     def update(self, p: Progress) -> None:
         self._last = p
@@ -100,14 +103,16 @@ class LogDisplay(NoDisplay):
             self._log(p)
 
     def close(self) -> None:
-        # The last line sums the run up: its steps/s is the whole run's. The last interval's may
-        # be 0 (a run that stops on its target ends in evaluation episodes, with no env steps).
-        if self._last is not None and self._last is not self._logged:
-            self._log(self._last, self._last.env_steps_per_s)
+        # The last line sums the run up, even when the last update was logged already: its
+        # steps/s is the whole run's (the last interval's may be 0: a run that stops on its
+        # target ends in evaluation episodes, with no env steps), and it ends with the run's
+        # wall time, not an ETA to the step budget the run did not need.
+        if self._last is not None:
+            self._log(self._last, self._last.env_steps_per_s, done=True)
 
-    def _log(self, p: Progress, rate: float | None = None) -> None:
-        log.info("%s", status_line(p, self.total, self._rate(p) if rate is None else rate))
-        self._logged = p
+    def _log(self, p: Progress, rate: float | None = None, done: bool = False) -> None:
+        rate = self._rate(p) if rate is None else rate
+        log.info("%s", status_line(p, self.total, rate, done))
 
 
 class BarDisplay(NoDisplay):
