@@ -3,6 +3,10 @@
 #include <Eigen/Core>
 #include <cstring>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "eigen_maps.h"
 #include "rlpar/layers.h"
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "check.h"
+#include "specs.h"
 #include "rlpar/net.h"
 #include "rlpar/optim.h"
 #include "rlpar/snapshot.h"
@@ -44,19 +45,8 @@ rlpar::NetSpec wide_spec() {
   return spec;
 }
 
-// Wide linear layers and LSTM gates (>= 512 outputs): batch 17 takes the few-rows tiles with
-// prefetch, batch 70 the packed weight panels, batch 1 and 3 read the weight in place.
-rlpar::NetSpec wide_linear_spec() {
-  rlpar::NetSpec spec;
-  spec.input_shape = {40};
-  spec.layers = {LayerSpec::linear(600), LayerSpec::tanh(), LayerSpec::linear(530),
-                 LayerSpec::relu()};
-  spec.heads = {{HeadKind::Categorical, 3}, {HeadKind::Value, 1}};
-  spec.lstm_hidden = 130;
-  return spec;
-}
-
 using rlpar_test::random_vector;
+using rlpar_test::wide_linear_spec;
 
 struct Result {
   std::vector<float> out, grad;
@@ -75,7 +65,7 @@ Result run_once(const rlpar::Net& net, const float* params, const std::vector<fl
 void shared_net_is_deterministic_across_threads(const rlpar::NetSpec& spec) {
   const rlpar::Net net(spec);
   const auto params = random_vector(net.num_params(), 1, 0.2f);
-  const int64_t batches[] = {1, 3, 17, 70};
+  const int64_t batches[] = {1, 3, 17, 70};  // wide_linear_spec: every linear path
   std::vector<std::vector<float>> obs, douts;
   std::vector<Result> expected;
   for (int64_t b : batches) {

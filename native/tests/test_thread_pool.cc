@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "check.h"
+#include "specs.h"
 #include "rlpar/layers.h"
 #include "rlpar/net.h"
 #include "rlpar/thread_pool.h"
@@ -24,6 +25,7 @@ using rlpar::LayerSpec;
 namespace {
 
 using rlpar_test::random_vector;
+using rlpar_test::wide_linear_spec;
 
 void every_task_runs_once() {
   rlpar::ThreadPool pool(4);
@@ -251,18 +253,6 @@ rlpar::NetSpec scaled_input_spec() {
   return spec;
 }
 
-// Linear layers of >= 512 outputs: the whole call's 150 rows read packed weight panels, parts of
-// 75, 50 or 37 rows packed panels or the weight in place, parts of 21 the few-rows tiles.
-rlpar::NetSpec wide_linear_spec() {
-  rlpar::NetSpec spec;
-  spec.input_shape = {24};
-  spec.layers = {LayerSpec::linear(600), LayerSpec::relu(), LayerSpec::linear(520),
-                 LayerSpec::tanh()};
-  spec.heads = {{HeadKind::Categorical, 3}, {HeadKind::Value, 1}};
-  spec.lstm_hidden = 130;
-  return spec;
-}
-
 }  // namespace
 
 int main() {
@@ -273,6 +263,8 @@ int main() {
   split_matches_whole("conv torso", wide_conv_spec(0), 1, 43);
   split_matches_whole("conv torso + LSTM", wide_conv_spec(16), 6, 7);
   split_matches_whole("scaled input", scaled_input_spec(), 1, 150);
+  // The whole call's 150 rows read packed weight panels; parts of 75 or 50 rows packed panels,
+  // of 37 the weight in place, of 21 the few-rows tiles.
   split_matches_whole("wide linear + LSTM", wide_linear_spec(), 1, 150);
   return rlpar_test::finish("test_thread_pool");
 }

@@ -1,0 +1,24 @@
+// Net specs shared by the native tests (each test_*.cc is its own program).
+#pragma once
+
+#include "rlpar/net.h"
+
+namespace rlpar_test {
+
+// Linear layers and LSTM gates of >= 512 outputs (600, 530 and 4 x 130), which the linear
+// kernels read by batch: 1-3 rows in place, 4-32 rows (an actor's batch) by few-rows tiles with
+// the weight prefetched, 33-63 in place, >= 64 through packed panels; the 530 outputs span two
+// 512-output blocks and the 600 inputs end in a partial column tile.
+inline rlpar::NetSpec wide_linear_spec() {
+  using rlpar::HeadKind;
+  using rlpar::LayerSpec;
+  rlpar::NetSpec spec;
+  spec.input_shape = {24};
+  spec.layers = {LayerSpec::linear(600), LayerSpec::relu(), LayerSpec::linear(530),
+                 LayerSpec::tanh()};
+  spec.heads = {{HeadKind::Categorical, 3}, {HeadKind::Value, 1}};
+  spec.lstm_hidden = 130;
+  return spec;
+}
+
+}  // namespace rlpar_test
