@@ -9,6 +9,10 @@ import numpy
 import numpy.typing
 import typing
 __all__: list[str] = ['CategoricalSampler', 'Net', 'Snapshot', 'SnapshotStore', 'Tape', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_release_threshold', 'global_norm', 'native_env_names', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
+def amx_available() -> bool:
+    """
+    True when this CPU and OS run Intel AMX-BF16 tiles, which LSTM(matmul='bf16x3') needs.
+    """
 def simd_kernels() -> bool:
     """
     True when Conv2d and Linear run rlpar's AVX-512 kernels (a -march=native build on a CPU with AVX-512), False for the portable Eigen path.
@@ -36,7 +40,7 @@ class Tape:
     def batch(self) -> int:
         ...
 class Net:
-    def __init__(self, input_shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], input_uint8: bool, input_scale: typing.SupportsFloat | typing.SupportsIndex, layers: list, heads: list, lstm_hidden: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, input_shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], input_uint8: bool, input_scale: typing.SupportsFloat | typing.SupportsIndex, layers: list, heads: list, lstm_hidden: typing.SupportsInt | typing.SupportsIndex = 0, lstm_bf16x3: bool = False) -> None:
         ...
     def backward(self, tape: Tape, dout: typing.Any, grad: typing.Any = None, accumulate: bool = False, release_gil: typing.Any = None, check_finite: bool = False, *, pool: ThreadPool | None = None) -> numpy.ndarray:
         ...
@@ -73,6 +77,9 @@ class Net:
         ...
     @property
     def param_info(self) -> list:
+        ...
+    @property
+    def lstm_bf16x3(self) -> bool:
         ...
     @property
     def recurrent(self) -> bool:

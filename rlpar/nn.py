@@ -49,6 +49,7 @@ __all__ = [
     "Tanh",
     "Tape",
     "Value",
+    "amx_available",
     "conv_spec",
     "gil_release_threshold",
     "mlp_spec",
@@ -58,6 +59,12 @@ __all__ = [
 Tape = _native.Tape
 gil_release_threshold = _native.gil_release_threshold
 set_gil_release_threshold = _native.set_gil_release_threshold
+
+
+def amx_available() -> bool:
+    """True when this CPU and OS run Intel AMX-BF16 tiles (Xeon Sapphire Rapids or newer, Linux
+    5.16+), which ``LSTM(matmul="bf16x3")`` needs."""
+    return bool(_native.amx_available())
 
 
 def _gain(owner: str, value: float | None) -> None:
@@ -150,15 +157,25 @@ class LSTM:
     Gates ``[i, f, g, o]``; parameters ``core.weight_ih [F, 4 hidden]``, ``core.weight_hh
     [hidden, 4 hidden]``, ``core.bias [4 hidden]`` (forget-gate bias initialised to
     ``forget_bias``). The state of one sequence is ``[h, c]``: float32 ``[2 hidden]``.
+
+    ``matmul``: ``"float32"``, or ``"bf16x3"`` for the learner's products (``forward_train`` and
+    ``backward``) on Intel AMX tiles, each float32 operand split into two bfloat16 halves and
+    three of their products summed in float32: ~1e-5 relative error per product instead of
+    ~6e-8, and faster where AMX is (`rlpar.amx_available()`; elsewhere the net refuses to
+    build). Actors' calls (``forward``) stay float32, so a behaviour policy and the learner's
+    recomputation of it differ by that error.
     """
 
     hidden: int
     forget_bias: float = 1.0
+    matmul: str = "float32"
 
     def __post_init__(self) -> None:
         check_int("LSTM.hidden", self.hidden, minimum=1)
         if not math.isfinite(self.forget_bias):
             raise ValueError(f"LSTM.forget_bias must be finite, got {self.forget_bias}")
+        if self.matmul not in ("float32", "bf16x3"):
+            raise ValueError(f"LSTM.matmul must be 'float32' or 'bf16x3', got {self.matmul!r}")
 
 
 # -------------------------------------------------------------------------------------- heads
@@ -381,6 +398,7 @@ class Net(_native.Net):
             [_native_layer(layer) for layer in spec.layers],
             [_native_head(head) for head in spec.heads],
             0 if spec.core is None else spec.core.hidden,
+            spec.core is not None and spec.core.matmul == "bf16x3",
         )
         self.spec = spec
 

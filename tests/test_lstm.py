@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import reference as ref
 
-from rlpar import LSTM, Categorical, Linear, Net, NetSpec, Tanh, Value, _native
+from rlpar import LSTM, Categorical, Linear, Net, NetSpec, Tanh, Value, _native, amx_available
 
 T, N, D, H = 5, 3, 4, 6
 
@@ -18,10 +18,9 @@ T, N, D, H = 5, 3, 4, 6
 TORSO = (Linear(8), Tanh())
 
 
-def make_net(hidden: int = H, layers: tuple = TORSO) -> Net:
-    spec = NetSpec(
-        input_shape=(D,), layers=list(layers), heads=[Categorical(3), Value()], core=LSTM(hidden)
-    )
+def make_net(hidden: int = H, layers: tuple = TORSO, matmul: str = "float32") -> Net:
+    core = LSTM(hidden, matmul=matmul)
+    spec = NetSpec((D,), list(layers), [Categorical(3), Value()], core=core)
     return Net(spec)
 
 
@@ -135,8 +134,17 @@ def test_backward_through_time_matches_finite_differences(layers) -> None:
     np.testing.assert_allclose(grad, want, rtol=1e-3, atol=1e-4)
 
 
-def test_gradient_is_bit_identical_across_threads() -> None:
-    net = make_net(hidden=16)
+@pytest.mark.parametrize(
+    "matmul",
+    [
+        "float32",
+        pytest.param(
+            "bf16x3", marks=pytest.mark.skipif(not amx_available(), reason="no AMX-BF16 tiles")
+        ),
+    ],
+)
+def test_gradient_is_bit_identical_across_threads(matmul: str) -> None:
+    net = make_net(hidden=16, matmul=matmul)
     params = random_params(net)
     obs, state0, resets = sequence(t_len=7, n=5)
     state0 = np.zeros((5, 32), np.float32)

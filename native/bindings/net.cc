@@ -15,6 +15,7 @@
 #include "gil.h"
 #include "rlpar/thread_pool.h"
 #include "rlpar/layers.h"
+#include "rlpar/amx.h"
 #include "rlpar/net.h"
 #include "snapshot_py.h"
 
@@ -190,9 +191,11 @@ class PyExternalLayer final : public rlpar::ExternalLayer {
 // layers: tuples ("linear", out) | ("conv2d", oc, k, stride, pad) | ("relu",) | ("tanh",) |
 // ("flatten",) | ("python", layer); heads: (kind, size).
 std::shared_ptr<Net> make_net(const Shape& input_shape, bool input_uint8, float input_scale,
-                              const py::list& layers, const py::list& heads, int64_t lstm_hidden) {
+                              const py::list& layers, const py::list& heads, int64_t lstm_hidden,
+                              bool lstm_bf16x3) {
   NetSpec spec;
   spec.lstm_hidden = lstm_hidden;
+  spec.lstm_bf16x3 = lstm_bf16x3;
   spec.input_shape = input_shape;
   spec.input_uint8 = input_uint8;
   spec.input_scale = input_scale;
@@ -431,9 +434,10 @@ void bind_net(py::module_& m) {
   py::class_<Net, std::shared_ptr<Net>>(m, "Net", py::dynamic_attr())
       .def(py::init(&make_net), py::arg("input_shape"), py::arg("input_uint8"),
            py::arg("input_scale"), py::arg("layers"), py::arg("heads"),
-           py::arg("lstm_hidden") = 0)
+           py::arg("lstm_hidden") = 0, py::arg("lstm_bf16x3") = false)
       .def_property_readonly("state_size", &Net::state_size)
       .def_property_readonly("recurrent", &Net::recurrent)
+      .def_property_readonly("lstm_bf16x3", [](const Net& n) { return n.spec().lstm_bf16x3; })
       .def_property_readonly("num_params", &Net::num_params)
       .def_property_readonly("output_size", &Net::output_size)
       .def_property_readonly("input_shape",
@@ -464,6 +468,8 @@ void bind_net(py::module_& m) {
            "How many parts a call with `pool` splits `batch` torso rows into (1: none; also for "
            "pool=None).");
 
+  m.def("amx_available", &rlpar::amx::available,
+        "True when this CPU and OS run Intel AMX-BF16 tiles, which LSTM(matmul='bf16x3') needs.");
   m.def("simd_kernels", &rlpar::layers::conv2d_uses_simd,
         "True when Conv2d and Linear run rlpar's AVX-512 kernels (a -march=native build on a CPU "
         "with AVX-512), False for the portable Eigen path.");

@@ -1,13 +1,16 @@
 #include "rlpar/lstm.h"
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
 #include "eigen_maps.h"
+#include "rlpar/amx.h"
 #include "rlpar/layers.h"
 
 namespace rlpar::lstm {
@@ -150,14 +153,38 @@ void cell_backward(const float* a_in, const float* cp, const float* tc_in, const
 
 }  // namespace
 
+int64_t amx_a_elems(const LstmDims& d) {
+  const int64_t R = d.rows(), N = d.seqs, H = d.hidden, G = 4 * d.hidden;
+  const int64_t sizes[] = {amx::packed_a_elems(R, d.in), amx::packed_a_elems(N, H),
+                           amx::packed_a_elems(N, G),    amx::packed_a_elems(d.in, R),
+                           amx::packed_a_elems(H, R),    amx::packed_a_elems(R, G)};
+  return *std::max_element(std::begin(sizes), std::end(sizes));
+}
+
+int64_t amx_b_elems(const LstmDims& d) {
+  const int64_t R = d.rows(), H = d.hidden, G = 4 * d.hidden;
+  const int64_t sizes[] = {amx::packed_b_elems(d.in, G), amx::packed_b_elems(H, G),
+                           amx::packed_b_elems(G, H), amx::packed_b_elems(R, G),
+                           amx::packed_b_elems(G, d.in)};
+  return *std::max_element(std::begin(sizes), std::end(sizes));
+}
+
 void forward(const LstmDims& d, const float* x, const float* wx, const float* wh, const float* b,
              const float* state0, const uint8_t* resets, float* h, const LstmTape& tape,
-             float* state_out) {
+             float* state_out, const AmxScratch& amx) {
   const int64_t N = d.seqs, H = d.hidden, G = 4 * H;
   // Input projections of every step in one GEMM: gates = x Wx + b, then + h Wh step by step.
   // The linear kernels read the weights in place (no packed copy per call, which dominated an
   // actor's one-step call) and sum each row in a fixed order whatever the number of rows.
-  layers::linear_forward(tape.gates, x, wx, b, d.rows(), d.in, G, false);
+  if (amx.a != nullptr) {  // bf16x3: gates = b, += x Wx; Wh packed once for every step
+    for (int64_t r = 0; r < d.rows(); ++r) std::memcpy(tape.gates + r * G, b, sizeof(float) * G);
+    amx::pack_a(amx.a, x, d.rows(), d.in, d.in, false);
+    amx::pack_b(amx.b, wx, d.in, G, G, false);
+    amx::gemm(tape.gates, G, amx.a, amx.b, d.rows(), G, d.in);
+    amx::pack_b(amx.b, wh, H, G, G, false);
+  } else {
+    layers::linear_forward(tape.gates, x, wx, b, d.rows(), d.in, G, false);
+  }
   for (int64_t t = 0; t < d.steps; ++t) {
     const int64_t r0 = t * N;
     float* hp = tape.h_prev + r0 * H;
@@ -173,7 +200,12 @@ void forward(const LstmDims& d, const float* x, const float* wx, const float* wh
       zero_reset_rows(cp, resets + r0, N, H);
     }
     float* a = tape.gates + r0 * G;
-    layers::linear_forward_add(a, hp, wh, N, H, G);
+    if (amx.a != nullptr) {
+      amx::pack_a(amx.a, hp, N, H, H, false);
+      amx::gemm(a, G, amx.a, amx.b, N, G, H);
+    } else {
+      layers::linear_forward_add(a, hp, wh, N, H, G);
+    }
     cell_forward(a, cp, tape.c + r0 * H, tape.tanh_c + r0 * H, h + r0 * H, N, H);
   }
   if (state_out == nullptr) return;
@@ -190,15 +222,17 @@ int64_t backward_panel_floats(const LstmDims& d) {
 
 void backward(const LstmDims& d, const float* x, const float* wx, const float* wh,
               const uint8_t* resets, const LstmTape& tape, const float* dh, float* dgates,
-              float* dstate, float* wh_panels, float* dx, float* dwx, float* dwh, float* db) {
+              float* dstate, float* wh_panels, float* dx, float* dwx, float* dwh, float* db,
+              const AmxScratch& amx) {
   const int64_t N = d.seqs, H = d.hidden, G = 4 * H;
   float* dc_next = dstate;  // [N, H]: gradient w.r.t. c_t arriving from step t + 1
   std::memset(dc_next, 0, sizeof(float) * N * H);
   // Every step's recurrent gradient reads Wh's transposed panels: laid out once, here, instead
   // of once per step (rlpar's data-gradient kernel; measured against Eigen's GEMM at [256, 1024]
   // x [1024, 256], 20 steps, in one process: 20-25 ms against 28-32).
-  if (d.steps < 2) wh_panels = nullptr;  // no recurrent gradient to compute
+  if (d.steps < 2 || amx.a != nullptr) wh_panels = nullptr;  // no recurrent gradient, or AMX's
   if (wh_panels != nullptr) layers::pack_linear_dx_panels(wh_panels, wh, H, G, 0, 1);
+  if (amx.a != nullptr && d.steps >= 2) amx::pack_b(amx.b, wh, G, H, G, true);  // Wh^T [4H, H]
   float* dh_prev = dstate + N * H;  // [N, H]: gradient w.r.t. h_t arriving from step t + 1
   for (int64_t t = d.steps; t-- > 0;) {
     const int64_t r0 = t * N;
@@ -208,13 +242,33 @@ void backward(const LstmDims& d, const float* x, const float* wx, const float* w
                   t + 1 < d.steps ? dh_prev : nullptr, dc_next, da, N, H);
     if (t == 0) break;  // truncated: nothing flows into the initial state
     // Into step t - 1, except where step t started from zeros.
-    layers::linear_data_grad(dh_prev, da, wh, N, H, G, wh_panels);
+    if (amx.a != nullptr) {
+      std::memset(dh_prev, 0, sizeof(float) * N * H);
+      amx::pack_a(amx.a, da, N, G, G, false);
+      amx::gemm(dh_prev, H, amx.a, amx.b, N, H, G);
+    } else {
+      layers::linear_data_grad(dh_prev, da, wh, N, H, G, wh_panels);
+    }
     if (resets != nullptr) {
       zero_reset_rows(dc_next, resets + r0, N, H);
       zero_reset_rows(dh_prev, resets + r0, N, H);
     }
   }
   const int64_t R = d.rows();
+  if (amx.a != nullptr) {  // dG packed once for both weight gradients
+    amx::pack_b(amx.b, dgates, R, G, G, false);
+    amx::pack_a(amx.a, x, d.in, R, d.in, true);
+    amx::gemm(dwx, G, amx.a, amx.b, d.in, G, R);
+    amx::pack_a(amx.a, tape.h_prev, H, R, H, true);
+    amx::gemm(dwh, G, amx.a, amx.b, H, G, R);
+    layers::add_column_sums(db, dgates, R, G, G);
+    if (dx == nullptr) return;
+    std::memset(dx, 0, sizeof(float) * R * d.in);
+    amx::pack_a(amx.a, dgates, R, G, G, false);
+    amx::pack_b(amx.b, wx, G, d.in, G, true);
+    amx::gemm(dx, d.in, amx.a, amx.b, R, d.in, G);
+    return;
+  }
   ConstMatMap DA(dgates, R, G);
   MatMap(dwx, d.in, G).noalias() += ConstMatMap(x, R, d.in).transpose() * DA;
   MatMap(dwh, H, G).noalias() += ConstMatMap(tape.h_prev, R, H).transpose() * DA;

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "eigen_maps.h"
+#include "rlpar/amx.h"
 #include "rlpar/layers.h"
 #include "rlpar/lstm.h"
 #include "rlpar/thread_pool.h"
@@ -263,6 +264,11 @@ void Net::build_core(const Shape& torso_out) {
   if (spec_.lstm_hidden < 0) {
     fail("lstm_hidden must be >= 0 (0: no LSTM core), got " + std::to_string(spec_.lstm_hidden));
   }
+  if (spec_.lstm_bf16x3 && !recurrent()) fail("lstm_bf16x3 needs an LSTM core (lstm_hidden > 0)");
+  if (spec_.lstm_bf16x3 && !amx::available()) {
+    fail("the LSTM's bf16x3 matmul needs Intel AMX-BF16 tiles (Xeon Sapphire Rapids or newer, "
+         "Linux 5.16+), and this CPU or OS has none: use the float32 matmul");
+  }
   if (!recurrent()) return;
   if (torso_out.size() != 1) {
     fail("the LSTM core expects flat features (F,), but the last layer outputs " +
@@ -430,7 +436,8 @@ namespace {
 // of a split Linear backward (torso_backward; the LSTM's backward uses kDxPanels before it),
 // then the torso parts' scratch.
 enum : size_t { kCoreH = 0, kCoreGates, kCoreHPrev, kCoreCPrev, kCoreC, kCoreTanhC, kCoreResets,
-                kCoreDGates, kCoreDState, kDxPanels, kDyPanels, kCoreSlots };
+                kCoreDGates, kCoreDState, kCoreAmxA, kCoreAmxB, kDxPanels, kDyPanels, kCoreSlots };
+
 // A part gets at least this much work (flops, ~0.1 ms): waking the workers costs microseconds,
 // so splitting a small batch costs more than it saves (measured: an MLP learner step of
 // [20, 32] rows ran at x0.9 of one thread when split in two).
@@ -487,7 +494,7 @@ int64_t Net::part_scratch_floats(int64_t rows, bool backward) const {
 }
 
 void Net::run_forward(const float* params, const void* input, const SeqArgs& seq, float* out,
-                      Workspace& ws, ThreadPool* pool) const {
+                      Workspace& ws, ThreadPool* pool, bool train) const {
   if (seq.steps <= 0 || seq.seqs <= 0) {
     fail("a sequence needs steps >= 1 and seqs >= 1, got steps=" + std::to_string(seq.steps) +
          " seqs=" + std::to_string(seq.seqs));
@@ -496,7 +503,7 @@ void Net::run_forward(const float* params, const void* input, const SeqArgs& seq
   ws.steps = seq.steps;
   run_torso(params, input, ws, pool);
   ws.feat = ws.act[layers_.size()];
-  if (recurrent()) run_core(params, seq, ws);
+  if (recurrent()) run_core(params, seq, ws, train);
   run_heads(params, out, ws);
 }
 
@@ -574,7 +581,15 @@ void Net::torso_rows(const float* params, const void* input, Workspace& ws, int6
   }
 }
 
-void Net::run_core(const float* params, const SeqArgs& seq, Workspace& ws) const {
+// The LSTM's packed bf16x3 operands (spec.lstm_bf16x3), in workspace slots; none otherwise.
+lstm::AmxScratch Net::core_amx(const lstm::LstmDims& d, Workspace& ws) const {
+  if (!spec_.lstm_bf16x3) return {};
+  const auto floats = [](int64_t elems) { return static_cast<size_t>((elems + 1) / 2); };
+  return {reinterpret_cast<uint16_t*>(ws.get(core_slot(kCoreAmxA), floats(lstm::amx_a_elems(d)))),
+          reinterpret_cast<uint16_t*>(ws.get(core_slot(kCoreAmxB), floats(lstm::amx_b_elems(d))))};
+}
+
+void Net::run_core(const float* params, const SeqArgs& seq, Workspace& ws, bool train) const {
   const int64_t rows = ws.batch, h = spec_.lstm_hidden;
   const lstm::LstmDims d{seq.steps, seq.seqs, core_in_, h};
   const lstm::LstmTape tape{ws.get(core_slot(kCoreGates), rows * 4 * h),
@@ -590,7 +605,8 @@ void Net::run_core(const float* params, const SeqArgs& seq, Workspace& ws) const
   }
   float* out_h = ws.get(core_slot(kCoreH), rows * h);
   lstm::forward(d, ws.act[layers_.size()], params + core_wx_, params + core_wh_, params + core_b_,
-                seq.state0, ws.resets, out_h, tape, seq.state_out);
+                seq.state0, ws.resets, out_h, tape, seq.state_out,
+                train ? core_amx(d, ws) : lstm::AmxScratch{});
   ws.feat = out_h;
 }
 
@@ -625,14 +641,14 @@ std::unique_ptr<Tape> Net::forward_train(const float* params, const void* input,
 void Net::forward_seq(const float* params, const void* input, const SeqArgs& seq, float* out,
                       ThreadPool* pool) const {
   Lease lease(pool_);
-  run_forward(params, input, seq, out, *lease.ws, pool);
+  run_forward(params, input, seq, out, *lease.ws, pool, false);
 }
 
 std::unique_ptr<Tape> Net::forward_train_seq(const float* params, const void* input,
                                              const SeqArgs& seq, float* out,
                                              ThreadPool* pool) const {
   Lease lease(pool_);
-  run_forward(params, input, seq, out, *lease.ws, pool);
+  run_forward(params, input, seq, out, *lease.ws, pool, true);
   auto tape = std::make_unique<Tape>(pool_, std::move(lease.ws), seq.steps * seq.seqs);
   tape->steps_ = seq.steps;
   return tape;
@@ -690,11 +706,12 @@ const float* Net::core_backward(const float* params, float* dh, float* grad, flo
                             ws.get(core_slot(kCoreTanhC), rows * h)};
   float* dgates = ws.get(core_slot(kCoreDGates), rows * 4 * h);
   float* dstate = ws.get(core_slot(kCoreDState), seqs * 2 * h);
-  const int64_t panel_floats = lstm::backward_panel_floats(d);
+  const lstm::AmxScratch amx = core_amx(d, ws);
+  const int64_t panel_floats = amx.a != nullptr ? 0 : lstm::backward_panel_floats(d);
   float* panels = panel_floats > 0 ? ws.get(core_slot(kDxPanels), panel_floats) : nullptr;
   lstm::backward(d, ws.act[layers_.size()], params + core_wx_, params + core_wh_, ws.resets, tape,
                  dh, dgates, dstate, panels, dx, grad + core_wx_, grad + core_wh_,
-                 grad + core_b_);
+                 grad + core_b_, amx);
   return dx;
 }
 

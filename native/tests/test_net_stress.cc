@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "specs.h"
+#include "rlpar/amx.h"
 #include "rlpar/net.h"
 #include "rlpar/optim.h"
 #include "rlpar/snapshot.h"
@@ -100,12 +101,14 @@ void shared_net_is_deterministic_across_threads(const rlpar::NetSpec& spec) {
 // A net with an LSTM core: learners run sequences with resets (forward_train_seq + backward
 // through time) and actors carry their own state step by step (forward_seq, T = 1, state updated
 // in place), all at once on one net; every result must match the single-threaded one bit for bit.
-void recurrent_net_is_deterministic_across_threads() {
+// `bf16x3`: the learners' LSTM products on AMX tiles (each thread loads its own tile state).
+void recurrent_net_is_deterministic_across_threads(bool bf16x3) {
   rlpar::NetSpec spec;
   spec.input_shape = {5};
   spec.layers = {LayerSpec::linear(8), LayerSpec::tanh()};
   spec.heads = {{HeadKind::Categorical, 3}, {HeadKind::Value, 1}};
   spec.lstm_hidden = 6;
+  spec.lstm_bf16x3 = bf16x3;
   const rlpar::Net net(spec);
   const auto params = random_vector(net.num_params(), 3, 0.4f);
   const int64_t steps = 7, seqs = 4, rows = steps * seqs, s = net.state_size();
@@ -161,8 +164,8 @@ void recurrent_net_is_deterministic_across_threads() {
   }
   for (auto& th : threads) th.join();
   CHECK(mismatches.load() == 0);
-  std::printf("recurrent net: %d threads x %d iterations, %d mismatches\n", kThreads, kIters,
-              mismatches.load());
+  std::printf("recurrent net%s: %d threads x %d iterations, %d mismatches\n",
+              bf16x3 ? " (bf16x3)" : "", kThreads, kIters, mismatches.load());
 }
 
 // One learner trains and publishes; readers pin and run forward on whatever version they get.
@@ -223,7 +226,8 @@ int main() {
   shared_net_is_deterministic_across_threads(conv_spec());
   shared_net_is_deterministic_across_threads(wide_spec());
   shared_net_is_deterministic_across_threads(wide_linear_spec());
-  recurrent_net_is_deterministic_across_threads();
+  recurrent_net_is_deterministic_across_threads(false);
+  if (rlpar::amx::available()) recurrent_net_is_deterministic_across_threads(true);
   learner_publishes_while_actors_infer();
   return rlpar_test::finish("test_net_stress");
 }

@@ -38,19 +38,31 @@ struct LstmTape {
   float* tanh_c;  // [T N, H]  tanh(c_t)
 };
 
+// Scratch for bf16x3 products on AMX tiles (rlpar/amx.h) instead of float32 ones: the packed
+// operands, amx_a_elems(d) and amx_b_elems(d) bfloat16 elements. Null `a`: float32 products.
+// The net uses it for the learner's forward and backward only (NetSpec::lstm_bf16x3).
+struct AmxScratch {
+  uint16_t* a = nullptr;
+  uint16_t* b = nullptr;
+};
+int64_t amx_a_elems(const LstmDims& d);
+int64_t amx_b_elems(const LstmDims& d);
+
 // x: [T N, in]; state0: [N, 2H] or null for zeros; resets: [T, N] bytes (0/1) or null for none.
 // Writes h: [T N, H] (the outputs, which are also the next step's h), the tape, and, when not
 // null, state_out: [N, 2H] after the last step (may alias state0).
 void forward(const LstmDims& d, const float* x, const float* wx, const float* wh, const float* b,
              const float* state0, const uint8_t* resets, float* h, const LstmTape& tape,
-             float* state_out);
+             float* state_out, const AmxScratch& amx = {});
 
 // dh: [T N, H] gradient w.r.t. the outputs h. `dgates` is scratch [T N, 4H], `dstate` scratch
-// [N, 2H], `wh_panels` scratch of backward_panel_floats(d) floats (nullptr when that is 0).
+// [N, 2H], `wh_panels` scratch of backward_panel_floats(d) floats (nullptr when that is 0, or
+// with `amx`).
 // Adds dWx, dWh, db into dwx, dwh, db and writes dx [T N, in] (nullable).
 void backward(const LstmDims& d, const float* x, const float* wx, const float* wh,
               const uint8_t* resets, const LstmTape& tape, const float* dh, float* dgates,
-              float* dstate, float* wh_panels, float* dx, float* dwx, float* dwh, float* db);
+              float* dstate, float* wh_panels, float* dx, float* dwx, float* dwh, float* db,
+              const AmxScratch& amx = {});
 // Floats of backward's `wh_panels`: Wh laid out once for every step's recurrent gradient.
 int64_t backward_panel_floats(const LstmDims& d);
 

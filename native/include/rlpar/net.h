@@ -49,6 +49,8 @@
 #include <string>
 #include <vector>
 
+#include "rlpar/lstm.h"
+
 namespace rlpar {
 
 using Shape = std::vector<int64_t>;
@@ -106,6 +108,10 @@ struct NetSpec {
   std::vector<LayerSpec> layers;
   std::vector<HeadSpec> heads;
   int64_t lstm_hidden = 0;    // > 0: an LSTM core of this width after the layers, before the heads
+  // The LSTM's products in forward_train / backward (the learner's) in bf16x3 on AMX tiles
+  // (rlpar/amx.h: ~1e-5 relative error per product) instead of float32; forward / forward_seq
+  // (the actors') stay float32. Needs amx::available().
+  bool lstm_bf16x3 = false;
 };
 
 // One call's sequence layout. Rows of the input and output are time-major: row t * seqs + n.
@@ -225,12 +231,13 @@ class Net {
   void build_core(const Shape& torso_out);
   void build_heads(const Shape& features);
   void run_forward(const float* params, const void* input, const SeqArgs& seq, float* out,
-                   Workspace& ws, ThreadPool* pool) const;
+                   Workspace& ws, ThreadPool* pool, bool train) const;
   void run_torso(const float* params, const void* input, Workspace& ws, ThreadPool* pool) const;
   void torso_rows(const float* params, const void* input, Workspace& ws, int64_t r0, int64_t r1,
                   float* scratch) const;
   int64_t part_scratch_floats(int64_t rows, bool backward) const;
-  void run_core(const float* params, const SeqArgs& seq, Workspace& ws) const;
+  void run_core(const float* params, const SeqArgs& seq, Workspace& ws, bool train) const;
+  lstm::AmxScratch core_amx(const lstm::LstmDims& d, Workspace& ws) const;
   void run_heads(const float* params, float* out, Workspace& ws) const;
   void heads_backward(const float* params, const float* dout, float* grad, float* dfeat,
                       Workspace& ws) const;

@@ -1,0 +1,317 @@
+#include "rlpar/amx.h"
+
+// Compiled for any x86-64 ISA: its own functions switch to AMX and AVX-512 with a target
+// pragma, and available() checks the CPU before any of them runs. It includes no C++ library
+// header with inline code and instantiates no template, so no function compiled for those ISAs
+// can be merged into another translation unit (the -march trap noted in rlpar's CMakeLists.txt).
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && \
+    __GNUC__ >= 12
+#define RLPAR_AMX 1
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace rlpar::amx {
+namespace {
+
+constexpr int64_t kTileRows = 16;  // rows of a tile (M side; K pairs on the B side)
+constexpr int64_t kTileK = 32;     // bfloat16 along K in one tile row
+constexpr int64_t kTileElems = kTileRows * kTileK;
+// Blocking of gemm(): a chunk of K (tiles) and a chunk of A's rows stay in L2 while every column
+// tile pair of B's panel over that K chunk is used for each of the chunk's row pairs.
+constexpr int64_t kKChunkTiles = 32;  // 1024 of K
+constexpr int64_t kMChunkTiles = 8;   // 128 rows
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+int64_t packed_a_elems(int64_t m, int64_t k) {
+  return 2 * ceil_div(m, kTileRows) * ceil_div(k, kTileK) * kTileElems;
+}
+
+int64_t packed_b_elems(int64_t k, int64_t n) {
+  return 2 * ceil_div(n, kTileRows) * ceil_div(k, kTileK) * kTileElems;
+}
+
+#if defined(RLPAR_AMX)
+namespace {
+
+bool detect() {
+  unsigned a, b, c, d;
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid_count(7, 0, a, b, c, d);
+  const bool avx512 = (b & (1u << 16)) && (b & (1u << 30)) && (b & (1u << 31));  // F, BW, VL
+  const bool tiles = (d & (1u << 24)) && (d & (1u << 22));                        // TILE, BF16
+  if (!avx512 || !tiles) return false;
+  __cpuid_count(7, 1, a, b, c, d);
+  if (!(a & (1u << 5))) return false;  // AVX512-BF16
+  __cpuid(1, a, b, c, d);
+  if (!(c & (1u << 27))) return false;  // OSXSAVE
+  // The OS saves the ZMM and tile state (XCR0 bits 5-7 and 17-18).
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  const unsigned need = (7u << 5) | (3u << 17);
+  if ((lo & need) != need) return false;
+  // Linux hands the tile data state to a process that asks (ARCH_REQ_XCOMP_PERM, XTILEDATA).
+  return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+}
+
+}  // namespace
+
+bool available() {
+  static const bool ok = detect();
+  return ok;
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")
+namespace {
+
+// 16 bfloat16 -> the high halves of 16 words (as float32: the same numbers). The maskz forms
+// because GCC 12's unmasked ones warn about their own undefined operands.
+inline __m512i widen(__m256i h) {
+  return _mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16);
+}
+
+// 16 float32 at src (the first `n` of them, zeros after) -> 16 bfloat16 hi halves and the
+// float32 remainders x - hi.
+inline __m256i split16(const float* src, int64_t n, __m512* rest) {
+  const __mmask16 m = n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+  const __m512 x = _mm512_maskz_loadu_ps(m, src);
+  const __m256i h = (__m256i)_mm512_cvtneps_pbh(x);
+  const __m512 back = _mm512_castsi512_ps(widen(h));
+  *rest = _mm512_sub_ps(x, back);
+  return h;
+}
+
+inline __m256i to_bf16(__m512 x) { return (__m256i)_mm512_cvtneps_pbh(x); }
+
+// [low, high] as one vector.
+inline __m512i join(__m256i low, __m256i high) {
+  return _mm512_mask_broadcast_i64x4(_mm512_maskz_broadcast_i64x4(0x0F, low), 0xF0, high);
+}
+
+// Two bfloat16 vectors -> 16 words whose low half is from `even` and high half from `odd`.
+inline __m512i pair_words(__m256i even, __m256i odd) {
+  return _mm512_or_si512(_mm512_maskz_cvtepu16_epi32(0xFFFF, even), widen(odd));
+}
+
+// A tile is 16 rows of 16 words (32-bit pairs of bfloat16 along K). `words[r]` below holds row
+// r; `transpose` writes words[j][r] to row r instead.
+inline void store_tile(uint16_t* hi, uint16_t* lo, const __m512i* wh, const __m512i* wl,
+                       bool transpose) {
+  if (!transpose) {
+    for (int r = 0; r < 16; ++r) {
+      _mm512_storeu_si512(hi + r * kTileK, wh[r]);
+      _mm512_storeu_si512(lo + r * kTileK, wl[r]);
+    }
+    return;
+  }
+  alignas(64) uint32_t th[16][16], tl[16][16];
+  for (int j = 0; j < 16; ++j) {
+    _mm512_store_si512(th[j], wh[j]);
+    _mm512_store_si512(tl[j], wl[j]);
+  }
+  uint32_t* h32 = reinterpret_cast<uint32_t*>(hi);
+  uint32_t* l32 = reinterpret_cast<uint32_t*>(lo);
+  for (int r = 0; r < 16; ++r) {
+    for (int j = 0; j < 16; ++j) {
+      h32[r * 16 + j] = th[j][r];
+      l32[r * 16 + j] = tl[j][r];
+    }
+  }
+}
+
+// One tile from 16 source lines that each run along K (line i: 32 K values at line0 + i * ld,
+// the first `len` valid, `lines` lines valid). Word j of line i is the K pair (2j, 2j + 1).
+void tile_from_k_lines(uint16_t* hi, uint16_t* lo, const float* line0, int64_t ld, int64_t lines,
+                       int64_t len, bool transpose) {
+  __m512i wh[16], wl[16];
+  for (int64_t i = 0; i < 16; ++i) {
+    if (i >= lines) {
+      wh[i] = wl[i] = _mm512_setzero_si512();
+      continue;
+    }
+    __m512 r0, r1;
+    const __m256i h0 = split16(line0 + i * ld, len, &r0);
+    const __m256i h1 = split16(line0 + i * ld + 16, len - 16, &r1);
+    // Words: bf16 pairs of consecutive K values, i.e. the 32 halves in K order.
+    wh[i] = join(h0, h1);
+    wl[i] = join(to_bf16(r0), to_bf16(r1));
+  }
+  store_tile(hi, lo, wh, wl, transpose);
+}
+
+// One tile from 32 source lines that each run across it (line k: 16 values at line0 + k * ld,
+// the first `width` valid, `lines` lines valid): word j of row i pairs lines 2j and 2j + 1.
+void tile_from_cross_lines(uint16_t* hi, uint16_t* lo, const float* line0, int64_t ld,
+                           int64_t lines, int64_t width, bool transpose) {
+  __m512i wh[16], wl[16];
+  for (int64_t j = 0; j < 16; ++j) {
+    __m512 r0, r1;
+    const int64_t k0 = 2 * j, k1 = 2 * j + 1;
+    const __m256i h0 = split16(line0 + k0 * ld, k0 < lines ? width : 0, &r0);
+    const __m256i h1 = split16(line0 + k1 * ld, k1 < lines ? width : 0, &r1);
+    wh[j] = pair_words(h0, h1);
+    wl[j] = pair_words(to_bf16(r0), to_bf16(r1));
+  }
+  store_tile(hi, lo, wh, wl, transpose);
+}
+
+// Packs an operand of `outer` x K into tiles [outer / 16][K / 32]. `along_k`: element (o, k) is
+// src[o * ld + k]; otherwise src[k * ld + o]. `vnni`: tile rows are K pairs (B), else outer (A).
+void pack(uint16_t* dst, const float* src, int64_t outer, int64_t k, int64_t ld, bool along_k,
+          bool vnni) {
+  const int64_t ob = ceil_div(outer, kTileRows), kb = ceil_div(k, kTileK);
+  uint16_t* lo_base = dst + ob * kb * kTileElems;
+  for (int64_t o = 0; o < ob; ++o) {
+    for (int64_t t = 0; t < kb; ++t) {
+      uint16_t* hi = dst + (o * kb + t) * kTileElems;
+      uint16_t* lo = lo_base + (o * kb + t) * kTileElems;
+      const int64_t o0 = o * kTileRows, k0 = t * kTileK;
+      const int64_t outer_n = outer - o0 < kTileRows ? outer - o0 : kTileRows;
+      const int64_t k_n = k - k0 < kTileK ? k - k0 : kTileK;
+      if (along_k) {
+        tile_from_k_lines(hi, lo, src + o0 * ld + k0, ld, outer_n, k_n, vnni);
+      } else {
+        tile_from_cross_lines(hi, lo, src + k0 * ld + o0, ld, k_n, outer_n, !vnni);
+      }
+    }
+  }
+}
+
+struct TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// C tile (r, c) of the current block: loaded from and stored into c, through a 16 x 16 bounce
+// buffer at the matrix's edges.
+struct CTile {
+  float* c;
+  int64_t ldc, rows, cols;
+  bool full() const { return rows == 16 && cols == 16; }
+};
+
+#define RLPAR_AMX_LOAD_C(T, ct, buf)                                                   \
+  do {                                                                                 \
+    if ((ct).full()) {                                                                 \
+      _tile_loadd(T, (ct).c, (ct).ldc * 4);                                            \
+    } else {                                                                           \
+      std::memset(buf, 0, sizeof(buf));                                                \
+      for (int64_t r_ = 0; r_ < (ct).rows; ++r_)                                       \
+        std::memcpy(buf + r_ * 16, (ct).c + r_ * (ct).ldc, sizeof(float) * (ct).cols); \
+      _tile_loadd(T, buf, 64);                                                         \
+    }                                                                                  \
+  } while (0)
+
+#define RLPAR_AMX_STORE_C(T, ct, buf)                                                  \
+  do {                                                                                 \
+    if ((ct).full()) {                                                                 \
+      _tile_stored(T, (ct).c, (ct).ldc * 4);                                           \
+    } else {                                                                           \
+      _tile_stored(T, buf, 64);                                                        \
+      for (int64_t r_ = 0; r_ < (ct).rows; ++r_)                                       \
+        std::memcpy((ct).c + r_ * (ct).ldc, buf + r_ * 16, sizeof(float) * (ct).cols); \
+    }                                                                                  \
+  } while (0)
+
+// The dot products of one K tile for the block's 1-2 x 1-2 C tiles (tiles 0-3), A in tiles
+// 4-5 and B in 6-7.
+#define RLPAR_AMX_DOTS(two_m, two_n) \
+  do {                               \
+    _tile_dpbf16ps(0, 4, 6);         \
+    if (two_n) _tile_dpbf16ps(1, 4, 7); \
+    if (two_m) {                     \
+      _tile_dpbf16ps(2, 5, 6);       \
+      if (two_n) _tile_dpbf16ps(3, 5, 7); \
+    }                                \
+  } while (0)
+
+}  // namespace
+
+void pack_a(uint16_t* dst, const float* src, int64_t m, int64_t k, int64_t ld, bool transposed) {
+  pack(dst, src, m, k, ld, !transposed, false);
+}
+
+void pack_b(uint16_t* dst, const float* src, int64_t k, int64_t n, int64_t ld, bool transposed) {
+  pack(dst, src, n, k, ld, transposed, true);
+}
+
+void gemm(float* c, int64_t ldc, const uint16_t* a, const uint16_t* b, int64_t m, int64_t n,
+          int64_t k) {
+  if (m <= 0 || n <= 0 || k <= 0) return;
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  const int64_t mb = ceil_div(m, kTileRows), nb = ceil_div(n, kTileRows), kb = ceil_div(k, kTileK);
+  const uint16_t* a_lo = a + mb * kb * kTileElems;
+  const uint16_t* b_lo = b + nb * kb * kTileElems;
+  alignas(64) float buf[256];
+  auto tile_of = [&](int64_t i, int64_t j) {
+    const int64_t r0 = i * 16, c0 = j * 16;
+    return CTile{c + r0 * ldc + c0, ldc, m - r0 < 16 ? m - r0 : 16, n - c0 < 16 ? n - c0 : 16};
+  };
+  for (int64_t k0 = 0; k0 < kb; k0 += kKChunkTiles) {
+    const int64_t k1 = k0 + kKChunkTiles < kb ? k0 + kKChunkTiles : kb;
+    for (int64_t m0 = 0; m0 < mb; m0 += kMChunkTiles) {
+      const int64_t m1 = m0 + kMChunkTiles < mb ? m0 + kMChunkTiles : mb;
+      for (int64_t j = 0; j < nb; j += 2) {
+        const bool two_n = j + 1 < nb;
+        for (int64_t i = m0; i < m1; i += 2) {
+          const bool two_m = i + 1 < m1;
+          const CTile c00 = tile_of(i, j);
+          RLPAR_AMX_LOAD_C(0, c00, buf);
+          if (two_n) RLPAR_AMX_LOAD_C(1, tile_of(i, j + 1), buf);
+          if (two_m) RLPAR_AMX_LOAD_C(2, tile_of(i + 1, j), buf);
+          if (two_m && two_n) RLPAR_AMX_LOAD_C(3, tile_of(i + 1, j + 1), buf);
+          for (int64_t t = k0; t < k1; ++t) {
+            const int64_t a0 = (i * kb + t) * kTileElems, a1 = a0 + kb * kTileElems;
+            const int64_t b0 = (j * kb + t) * kTileElems, b1 = b0 + kb * kTileElems;
+            _tile_loadd(4, a + a0, 64);
+            if (two_m) _tile_loadd(5, a + a1, 64);
+            _tile_loadd(6, b + b0, 64);
+            if (two_n) _tile_loadd(7, b + b1, 64);
+            RLPAR_AMX_DOTS(two_m, two_n);  // hi hi
+            _tile_loadd(6, b_lo + b0, 64);
+            if (two_n) _tile_loadd(7, b_lo + b1, 64);
+            RLPAR_AMX_DOTS(two_m, two_n);  // hi lo
+            _tile_loadd(4, a_lo + a0, 64);
+            if (two_m) _tile_loadd(5, a_lo + a1, 64);
+            _tile_loadd(6, b + b0, 64);
+            if (two_n) _tile_loadd(7, b + b1, 64);
+            RLPAR_AMX_DOTS(two_m, two_n);  // lo hi
+          }
+          RLPAR_AMX_STORE_C(0, c00, buf);
+          if (two_n) RLPAR_AMX_STORE_C(1, tile_of(i, j + 1), buf);
+          if (two_m) RLPAR_AMX_STORE_C(2, tile_of(i + 1, j), buf);
+          if (two_m && two_n) RLPAR_AMX_STORE_C(3, tile_of(i + 1, j + 1), buf);
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+#pragma GCC pop_options
+
+#else  // no AMX build: available() is false and nothing else may be called
+
+bool available() { return false; }
+void pack_a(uint16_t*, const float*, int64_t, int64_t, int64_t, bool) {}
+void pack_b(uint16_t*, const float*, int64_t, int64_t, int64_t, bool) {}
+void gemm(float*, int64_t, const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t) {}
+
+#endif
+
+}  // namespace rlpar::amx
