@@ -32,11 +32,25 @@ class NetConfig:
     """Width of an LSTM core between the torso and the heads (0: none, a feed-forward policy).
     Actors carry its state; the learner backpropagates through each unroll from the state the
     actor stored at its start."""
+    lstm_matmul: str = "float32"
+    """The LSTM's products in the learner's forward and backward: "float32", or "bf16x3" on
+    Intel AMX tiles (each float32 split into two bfloat16 halves, three products summed in
+    float32: ~1e-5 relative error per product instead of ~6e-8; ~2x faster learner steps where
+    the CPU has AMX, refused where it has not). Actors' steps stay float32."""
 
     def __post_init__(self) -> None:
         rlpar.check_field_types(self)
         if self.lstm < 0:
             raise rlpar.ConfigError(f"lstm: expected an integer >= 0, got {self.lstm!r}")
+        if self.lstm_matmul not in ("float32", "bf16x3"):
+            raise rlpar.ConfigError(
+                f"lstm_matmul: expected 'float32' or 'bf16x3', got {self.lstm_matmul!r}"
+            )
+        if self.lstm_matmul == "bf16x3" and not rlpar.amx_available():
+            raise rlpar.ConfigError(
+                "lstm_matmul: 'bf16x3' needs Intel AMX-BF16 tiles (Xeon Sapphire Rapids or "
+                "newer, Linux 5.16+), and this CPU or OS has none: use 'float32'"
+            )
         if self.activation not in ("tanh", "relu"):
             raise rlpar.ConfigError(
                 f"activation: expected 'tanh' or 'relu', got {self.activation!r}"
@@ -57,7 +71,7 @@ def actor_critic_spec(
     """MLP for vector observations, conv torso for images [H, W, C]; an LSTM core when
     ``cfg.lstm``; policy head + value head."""
     spec = _torso_spec(obs_space, action_space, cfg)
-    return replace(spec, core=rlpar.LSTM(cfg.lstm)) if cfg.lstm else spec
+    return replace(spec, core=rlpar.LSTM(cfg.lstm, matmul=cfg.lstm_matmul)) if cfg.lstm else spec
 
 
 def _torso_spec(obs_space: gym.Space, action_space: gym.Space, cfg: NetConfig) -> rlpar.NetSpec:
