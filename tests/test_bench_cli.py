@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from rlpar import amx_available
+
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
@@ -89,7 +91,9 @@ def test_bench_net_json_has_the_documented_shape(tmp_path) -> None:
         for batch in ("32", "256"):
             assert_numbers(r["threads_fps"][mode][batch], {"1", "2"})
     assert_numbers(r["train_step_ms"], {"native", "torch"} if HAS_TORCH else {"native"})
-    assert_numbers(r["lstm_train_ms"], {"native", "torch"} if HAS_TORCH else {"native"})
+    lstm_impls = {"native"} | ({"torch"} if HAS_TORCH else set())
+    lstm_impls |= {"native_bf16x3"} if amx_available() else set()
+    assert_numbers(r["lstm_train_ms"], lstm_impls)
     assert_numbers(r["lstm_step_us"], {"native", "torch"} if HAS_TORCH else {"native"})
     assert r["gil_release_threshold_flops"] >= 0
     conv_batches = {
@@ -113,8 +117,10 @@ def test_bench_net_json_has_the_documented_shape(tmp_path) -> None:
         assert ratios["train_step_native_vs_torch"] > 0
         assert ratios["lstm_train_native_vs_torch"] > 0
         assert ratios["lstm_step_b16_native_vs_torch"] > 0
+        assert ("lstm_train_bf16x3_vs_torch" in ratios) == amx_available()
         assert_numbers(ratios["conv_forward_native_vs_torch"]["nature"], {"1", "32", "256"})
         assert_numbers(ratios["conv_train_native_vs_torch"]["minatar"], {"256", "1024"})
+    assert ("lstm_train_bf16x3_vs_float32" in ratios) == amx_available()
     assert ratios["conv_learner_threads_2v1"] > 0
     assert_load(r["background_load_cores"])
 

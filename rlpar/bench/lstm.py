@@ -4,7 +4,10 @@ hidden), and an actor's single step at batch 16 carrying the state.
 
 Both sides run the core plus one value head (a Linear to 1), from the same fixed output gradient,
 with no episode resets inside the sequence (torch.nn.LSTM has none). torch is optional: without
-it only the native figures are reported.
+it only the native figures are reported. Where the CPU has AMX tiles, the learner's step is also
+timed with ``LSTM(matmul="bf16x3")`` ("native_bf16x3": the same weights, its outputs checked
+against the float32 net's); torch's float32 matmul precision settings ("high", "medium", or
+oneDNN's bf16) left its CPU LSTM's time unchanged here, so torch runs float32 only.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ SEQ_STEPS, SEQ_BATCH, FEATURES, HIDDEN = 20, 256, 256, 256
 ACTOR_BATCH = 16
 
 
-def _net() -> rlpar.Net:
-    spec = rlpar.NetSpec(input_shape=(FEATURES,), heads=[rlpar.Value()], core=rlpar.LSTM(HIDDEN))
-    return rlpar.Net(spec)
+def _net(matmul: str = "float32") -> rlpar.Net:
+    core = rlpar.LSTM(HIDDEN, matmul=matmul)
+    return rlpar.Net(rlpar.NetSpec(input_shape=(FEATURES,), heads=[rlpar.Value()], core=core))
 
 
 def _torch_twin(net: rlpar.Net, params: np.ndarray, torch):
@@ -42,10 +45,10 @@ def _torch_twin(net: rlpar.Net, params: np.ndarray, torch):
     return lstm, head
 
 
-def _check_twin(got: np.ndarray, want: np.ndarray) -> None:
+def _check_twin(got: np.ndarray, want: np.ndarray, twin: str = "torch LSTM twin") -> None:
     if not np.allclose(got, want, rtol=1e-3, atol=1e-4):
         raise RuntimeError(
-            f"the torch LSTM twin disagrees with the native net (max |diff| "
+            f"the {twin} disagrees with the native net (max |diff| "
             f"{float(np.max(np.abs(got - want))):.3g}): the comparison would be meaningless"
         )
 
@@ -59,13 +62,21 @@ def _train_fns(net: rlpar.Net, params: np.ndarray, torch) -> dict[str, Callable[
     out = np.empty((rows, 1), np.float32)
     grad = np.empty(net.num_params, np.float32)
 
-    def native() -> np.ndarray:
-        _, tape = net.forward_train(params, obs, out=out, state=state0)
-        net.backward(tape, dout, grad=grad)
-        tape.release()
-        return out
+    def learner_step(n: rlpar.Net) -> Callable[[], np.ndarray]:
+        def step() -> np.ndarray:
+            _, tape = n.forward_train(params, obs, out=out, state=state0)
+            n.backward(tape, dout, grad=grad)
+            tape.release()
+            return out
 
+        return step
+
+    native = learner_step(net)
     fns: dict[str, Callable[[], object]] = {"native": native}
+    if rlpar.amx_available():
+        bf16x3 = learner_step(_net("bf16x3"))
+        _check_twin(bf16x3().copy(), native().copy(), "bf16x3 LSTM")
+        fns["native_bf16x3"] = bf16x3
     if torch:
         lstm, head = _torch_twin(net, params, torch)
         x = torch.from_numpy(obs.reshape(SEQ_STEPS, SEQ_BATCH, FEATURES))
@@ -114,8 +125,9 @@ def _step_fns(net: rlpar.Net, params: np.ndarray, torch) -> dict[str, Callable[[
 
 
 def bench_lstm(chunk_s: float, repeats: int, torch) -> dict:
-    """``{"lstm_train_ms": {"native"|"torch": ms}, "lstm_step_us": {"native"|"torch": µs}}``:
-    medians, the two implementations taking turns (callers limit torch to one thread)."""
+    """``{"lstm_train_ms": {"native"|"native_bf16x3"|"torch": ms}, "lstm_step_us":
+    {"native"|"torch": µs}}``: medians, the implementations taking turns (callers limit torch to
+    one thread)."""
     net = _net()
     params = net.init_params(seed=0)
     train = time_interleaved(_train_fns(net, params, torch), chunk_s, repeats)
@@ -132,4 +144,9 @@ def lstm_ratios(r: dict) -> dict:
     for key, name in (("lstm_train_ms", "lstm_train"), ("lstm_step_us", "lstm_step_b16")):
         if "torch" in r[key]:
             out[f"{name}_native_vs_torch"] = sig(r[key]["torch"] / r[key]["native"], 3)
+    train = r["lstm_train_ms"]
+    if "native_bf16x3" in train:
+        out["lstm_train_bf16x3_vs_float32"] = sig(train["native"] / train["native_bf16x3"], 3)
+        if "torch" in train:
+            out["lstm_train_bf16x3_vs_torch"] = sig(train["torch"] / train["native_bf16x3"], 3)
     return out
