@@ -19,7 +19,7 @@ EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 BUDGET = 60_000
 
 
-def run(name: str) -> rlpar.RunResult:
+def run(name: str, *overrides: str) -> rlpar.RunResult:
     exp = load_experiment(
         EXPERIMENTS / f"{name}.toml",
         [
@@ -29,6 +29,7 @@ def run(name: str) -> rlpar.RunResult:
             f"runtime.total_env_steps={BUDGET}",
             "runtime.target_return=0.8",
             "runtime.return_window=100",
+            *overrides,
         ],
     )
     return rlpar.Runner(exp.make_agent(), exp.env, exp.runtime, evaluation=exp.eval).run()
@@ -39,8 +40,18 @@ def evaluated(result: rlpar.RunResult) -> float:
     return float(result.evaluation[0]["mean_return"])
 
 
-def test_the_lstm_agent_remembers_within_a_fixed_step_budget() -> None:
-    result = run("memory_lstm_impala")
+@pytest.mark.parametrize(
+    "matmul",
+    [
+        "float32",
+        pytest.param(
+            "bf16x3",
+            marks=pytest.mark.skipif(not rlpar.amx_available(), reason="no AMX-BF16 tiles"),
+        ),
+    ],
+)
+def test_the_lstm_agent_remembers_within_a_fixed_step_budget(matmul: str) -> None:
+    result = run("memory_lstm_impala", f"agent.net.lstm_matmul={matmul}")
     assert result.mean_return is not None and result.mean_return >= 0.8, result
     # The trained policy, played greedily with its state carried across steps (and reset at
     # each episode start) on fresh seeds, names the cue too.

@@ -82,7 +82,8 @@ inline __m512i widen(__m256i h) {
 // 16 float32 at src (the first `n` of them, zeros after) -> 16 bfloat16 hi halves and the
 // float32 remainders x - hi.
 inline __m256i split16(const float* src, int64_t n, __m512* rest) {
-  const __mmask16 m = n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+  const __mmask16 m =
+      n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
   const __m512 x = _mm512_maskz_loadu_ps(m, src);
   const __m256i h = (__m256i)_mm512_cvtneps_pbh(x);
   const __m512 back = _mm512_castsi512_ps(widen(h));
@@ -198,19 +199,31 @@ struct TileConfig {
 struct CTile {
   float* c;
   int64_t ldc, rows, cols;
+  const float* bias;  // offset to the tile's first column (Start::kBias)
   bool full() const { return rows == 16 && cols == 16; }
 };
 
-#define RLPAR_AMX_LOAD_C(T, ct, buf)                                                   \
-  do {                                                                                 \
-    if ((ct).full()) {                                                                 \
-      _tile_loadd(T, (ct).c, (ct).ldc * 4);                                            \
-    } else {                                                                           \
-      std::memset(buf, 0, sizeof(buf));                                                \
-      for (int64_t r_ = 0; r_ < (ct).rows; ++r_)                                       \
-        std::memcpy(buf + r_ * 16, (ct).c + r_ * (ct).ldc, sizeof(float) * (ct).cols); \
-      _tile_loadd(T, buf, 64);                                                         \
-    }                                                                                  \
+// A C tile's starting value: c's (kAccumulate), zeros (kOverwrite), or the bias in every row
+// (kBias: a row stride of 0).
+#define RLPAR_AMX_LOAD_C(T, ct, buf, start)                                              \
+  do {                                                                                   \
+    if ((start) == Start::kOverwrite) {                                                  \
+      _tile_zero(T);                                                                     \
+    } else if ((start) == Start::kBias && (ct).cols == 16) {                             \
+      _tile_loadd(T, (ct).bias, 0);                                                      \
+    } else if ((start) == Start::kBias) {                                                \
+      std::memset(buf, 0, sizeof(buf));                                                  \
+      for (int r_ = 0; r_ < 16; ++r_)                                                    \
+        std::memcpy(buf + r_ * 16, (ct).bias, sizeof(float) * (ct).cols);                \
+      _tile_loadd(T, buf, 64);                                                           \
+    } else if ((ct).full()) {                                                            \
+      _tile_loadd(T, (ct).c, (ct).ldc * 4);                                              \
+    } else {                                                                             \
+      std::memset(buf, 0, sizeof(buf));                                                  \
+      for (int64_t r_ = 0; r_ < (ct).rows; ++r_)                                         \
+        std::memcpy(buf + r_ * 16, (ct).c + r_ * (ct).ldc, sizeof(float) * (ct).cols);   \
+      _tile_loadd(T, buf, 64);                                                           \
+    }                                                                                    \
   } while (0)
 
 #define RLPAR_AMX_STORE_C(T, ct, buf)                                                  \
@@ -247,8 +260,15 @@ void pack_b(uint16_t* dst, const float* src, int64_t k, int64_t n, int64_t ld, b
 }
 
 void gemm(float* c, int64_t ldc, const uint16_t* a, const uint16_t* b, int64_t m, int64_t n,
-          int64_t k) {
-  if (m <= 0 || n <= 0 || k <= 0) return;
+          int64_t k, Start start, const float* bias) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // no products: only the start
+    for (int64_t i = 0; i < m && start != Start::kAccumulate; ++i) {
+      if (start == Start::kBias) std::memcpy(c + i * ldc, bias, sizeof(float) * n);
+      if (start == Start::kOverwrite) std::memset(c + i * ldc, 0, sizeof(float) * n);
+    }
+    return;
+  }
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) {
     cfg.rows[t] = 16;
@@ -261,10 +281,12 @@ void gemm(float* c, int64_t ldc, const uint16_t* a, const uint16_t* b, int64_t m
   alignas(64) float buf[256];
   auto tile_of = [&](int64_t i, int64_t j) {
     const int64_t r0 = i * 16, c0 = j * 16;
-    return CTile{c + r0 * ldc + c0, ldc, m - r0 < 16 ? m - r0 : 16, n - c0 < 16 ? n - c0 : 16};
+    return CTile{c + r0 * ldc + c0, ldc, m - r0 < 16 ? m - r0 : 16, n - c0 < 16 ? n - c0 : 16,
+                 bias != nullptr ? bias + c0 : nullptr};
   };
   for (int64_t k0 = 0; k0 < kb; k0 += kKChunkTiles) {
     const int64_t k1 = k0 + kKChunkTiles < kb ? k0 + kKChunkTiles : kb;
+    const Start from = k0 == 0 ? start : Start::kAccumulate;
     for (int64_t m0 = 0; m0 < mb; m0 += kMChunkTiles) {
       const int64_t m1 = m0 + kMChunkTiles < mb ? m0 + kMChunkTiles : mb;
       for (int64_t j = 0; j < nb; j += 2) {
@@ -272,10 +294,10 @@ void gemm(float* c, int64_t ldc, const uint16_t* a, const uint16_t* b, int64_t m
         for (int64_t i = m0; i < m1; i += 2) {
           const bool two_m = i + 1 < m1;
           const CTile c00 = tile_of(i, j);
-          RLPAR_AMX_LOAD_C(0, c00, buf);
-          if (two_n) RLPAR_AMX_LOAD_C(1, tile_of(i, j + 1), buf);
-          if (two_m) RLPAR_AMX_LOAD_C(2, tile_of(i + 1, j), buf);
-          if (two_m && two_n) RLPAR_AMX_LOAD_C(3, tile_of(i + 1, j + 1), buf);
+          RLPAR_AMX_LOAD_C(0, c00, buf, from);
+          if (two_n) RLPAR_AMX_LOAD_C(1, tile_of(i, j + 1), buf, from);
+          if (two_m) RLPAR_AMX_LOAD_C(2, tile_of(i + 1, j), buf, from);
+          if (two_m && two_n) RLPAR_AMX_LOAD_C(3, tile_of(i + 1, j + 1), buf, from);
           for (int64_t t = k0; t < k1; ++t) {
             const int64_t a0 = (i * kb + t) * kTileElems, a1 = a0 + kb * kTileElems;
             const int64_t b0 = (j * kb + t) * kTileElems, b1 = b0 + kb * kTileElems;
@@ -310,7 +332,8 @@ void gemm(float* c, int64_t ldc, const uint16_t* a, const uint16_t* b, int64_t m
 bool available() { return false; }
 void pack_a(uint16_t*, const float*, int64_t, int64_t, int64_t, bool) {}
 void pack_b(uint16_t*, const float*, int64_t, int64_t, int64_t, bool) {}
-void gemm(float*, int64_t, const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t) {}
+void gemm(float*, int64_t, const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t, Start,
+          const float*) {}
 
 #endif
 

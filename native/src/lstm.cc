@@ -176,11 +176,10 @@ void forward(const LstmDims& d, const float* x, const float* wx, const float* wh
   // Input projections of every step in one GEMM: gates = x Wx + b, then + h Wh step by step.
   // The linear kernels read the weights in place (no packed copy per call, which dominated an
   // actor's one-step call) and sum each row in a fixed order whatever the number of rows.
-  if (amx.a != nullptr) {  // bf16x3: gates = b, += x Wx; Wh packed once for every step
-    for (int64_t r = 0; r < d.rows(); ++r) std::memcpy(tape.gates + r * G, b, sizeof(float) * G);
+  if (amx.a != nullptr) {  // bf16x3: gates = b + x Wx; Wh packed once for every step
     amx::pack_a(amx.a, x, d.rows(), d.in, d.in, false);
     amx::pack_b(amx.b, wx, d.in, G, G, false);
-    amx::gemm(tape.gates, G, amx.a, amx.b, d.rows(), G, d.in);
+    amx::gemm(tape.gates, G, amx.a, amx.b, d.rows(), G, d.in, amx::Start::kBias, b);
     amx::pack_b(amx.b, wh, H, G, G, false);
   } else {
     layers::linear_forward(tape.gates, x, wx, b, d.rows(), d.in, G, false);
@@ -243,9 +242,8 @@ void backward(const LstmDims& d, const float* x, const float* wx, const float* w
     if (t == 0) break;  // truncated: nothing flows into the initial state
     // Into step t - 1, except where step t started from zeros.
     if (amx.a != nullptr) {
-      std::memset(dh_prev, 0, sizeof(float) * N * H);
       amx::pack_a(amx.a, da, N, G, G, false);
-      amx::gemm(dh_prev, H, amx.a, amx.b, N, H, G);
+      amx::gemm(dh_prev, H, amx.a, amx.b, N, H, G, amx::Start::kOverwrite);
     } else {
       layers::linear_data_grad(dh_prev, da, wh, N, H, G, wh_panels);
     }
@@ -263,10 +261,9 @@ void backward(const LstmDims& d, const float* x, const float* wx, const float* w
     amx::gemm(dwh, G, amx.a, amx.b, H, G, R);
     layers::add_column_sums(db, dgates, R, G, G);
     if (dx == nullptr) return;
-    std::memset(dx, 0, sizeof(float) * R * d.in);
     amx::pack_a(amx.a, dgates, R, G, G, false);
     amx::pack_b(amx.b, wx, G, d.in, G, true);
-    amx::gemm(dx, d.in, amx.a, amx.b, R, d.in, G);
+    amx::gemm(dx, d.in, amx.a, amx.b, R, d.in, G, amx::Start::kOverwrite);
     return;
   }
   ConstMatMap DA(dgates, R, G);

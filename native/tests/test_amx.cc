@@ -20,34 +20,43 @@ struct Case {
   bool ta, tb;
 };
 
-// c0 + A B with A [M, K] and B [K, N] stored as `ta`/`tb` say, in bf16x3 on AMX.
+using rlpar::amx::Start;
+
+// c0 + A B (or A B, or bias + A B, as `start` says) with A [M, K] and B [K, N] stored as
+// `ta`/`tb` say, in bf16x3 on AMX.
 std::vector<float> amx_product(const Case& s, const std::vector<float>& a,
-                               const std::vector<float>& b, const std::vector<float>& c0) {
+                               const std::vector<float>& b, const std::vector<float>& c0,
+                               Start start = Start::kAccumulate,
+                               const float* bias = nullptr) {
   std::vector<uint16_t> pa(rlpar::amx::packed_a_elems(s.m, s.k));
   std::vector<uint16_t> pb(rlpar::amx::packed_b_elems(s.k, s.n));
   rlpar::amx::pack_a(pa.data(), a.data(), s.m, s.k, s.ta ? s.m : s.k, s.ta);
   rlpar::amx::pack_b(pb.data(), b.data(), s.k, s.n, s.tb ? s.k : s.n, s.tb);
   std::vector<float> c = c0;
-  rlpar::amx::gemm(c.data(), s.n, pa.data(), pb.data(), s.m, s.n, s.k);
+  rlpar::amx::gemm(c.data(), s.n, pa.data(), pb.data(), s.m, s.n, s.k, start, bias);
   return c;
 }
 
-void check_case(const Case& s, uint32_t seed) {
+void check_case(const Case& s, uint32_t seed, Start start) {
   const auto a = random_vector(s.m * s.k, seed, 1.0f);
   const auto b = random_vector(s.k * s.n, seed + 1, 1.0f);
   const auto c0 = random_vector(s.m * s.n, seed + 2, 1.0f);
-  const auto c = amx_product(s, a, b, c0);
+  const auto bias = random_vector(s.n, seed + 3, 1.0f);
+  const auto c = amx_product(s, a, b, c0, start, bias.data());
   double worst = 0.0;  // |error| / sum |a_k b_k|
   for (int64_t i = 0; i < s.m; ++i) {
     for (int64_t j = 0; j < s.n; ++j) {
-      double ref = c0[i * s.n + j], mag = std::fabs(ref);
+      double ref = start == Start::kAccumulate ? c0[i * s.n + j]
+                   : start == Start::kBias     ? bias[j]
+                                               : 0.0;
+      double mag = std::fabs(ref);
       for (int64_t p = 0; p < s.k; ++p) {
         const double x = s.ta ? a[p * s.m + i] : a[i * s.k + p];
         const double y = s.tb ? b[j * s.k + p] : b[p * s.n + j];
         ref += x * y;
         mag += std::fabs(x * y);
       }
-      worst = std::fmax(worst, std::fabs(c[i * s.n + j] - ref) / mag);
+      worst = std::fmax(worst, std::fabs(c[i * s.n + j] - ref) / std::fmax(mag, 1e-30));
     }
   }
   // bf16x3 drops the lo * lo term (~2^-16 of each product) and rounds the halves: ~1e-5; one
@@ -55,8 +64,9 @@ void check_case(const Case& s, uint32_t seed) {
   const bool ok = worst < 4e-5;
   CHECK(ok);
   if (!ok) {
-    std::fprintf(stderr, "  m=%lld n=%lld k=%lld ta=%d tb=%d: relative error %.3g\n",
-                 (long long)s.m, (long long)s.n, (long long)s.k, s.ta, s.tb, worst);
+    std::fprintf(stderr, "  m=%lld n=%lld k=%lld ta=%d tb=%d start=%d: relative error %.3g\n",
+                 (long long)s.m, (long long)s.n, (long long)s.k, s.ta, s.tb,
+                 static_cast<int>(start), worst);
   }
 }
 
@@ -113,12 +123,15 @@ int main() {
   uint32_t seed = 1;
   for (const bool ta : {false, true}) {
     for (const bool tb : {false, true}) {
-      // Whole tiles, partial tiles on every side, one row, several K chunks (1024 each).
-      for (const Case& s : {Case{32, 32, 64, ta, tb}, Case{37, 45, 71, ta, tb},
-                            Case{1, 16, 5, ta, tb}, Case{16, 1, 1, ta, tb},
-                            Case{48, 33, 2100, ta, tb}, Case{300, 70, 40, ta, tb}}) {
-        check_case(s, seed);
-        seed += 3;
+      // Whole tiles, partial tiles on every side, one row, no K, several K chunks (1024 each).
+      for (const Case& s :
+           {Case{32, 32, 64, ta, tb}, Case{37, 45, 71, ta, tb}, Case{1, 16, 5, ta, tb},
+            Case{16, 1, 1, ta, tb}, Case{5, 20, 0, ta, tb}, Case{48, 33, 2100, ta, tb},
+            Case{300, 70, 40, ta, tb}}) {
+        for (const Start start : {Start::kAccumulate, Start::kOverwrite, Start::kBias}) {
+          check_case(s, seed, start);
+          seed += 4;
+        }
       }
     }
   }

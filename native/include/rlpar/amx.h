@@ -34,8 +34,12 @@ void pack_a(uint16_t* dst, const float* src, int64_t m, int64_t k, int64_t ld, b
 // Packs B [K, N]: B[k][n] = src[k * ld + n], or src[n * ld + k] when `transposed`.
 void pack_b(uint16_t* dst, const float* src, int64_t k, int64_t n, int64_t ld, bool transposed);
 
-// c [M, N] (row stride ldc) += A B, from operands packed with the same m, k, n.
+// How gemm starts each output: c += A B, c = A B, or c = bias + A B (bias [N], every row).
+enum class Start { kAccumulate, kOverwrite, kBias };
+
+// c [M, N] (row stride ldc) (+)= A B, from operands packed with the same m, k, n; `bias` only
+// with Start::kBias.
 void gemm(float* c, int64_t ldc, const uint16_t* a, const uint16_t* b, int64_t m, int64_t n,
-          int64_t k);
+          int64_t k, Start start = Start::kAccumulate, const float* bias = nullptr);
 
 }  // namespace rlpar::amx
