@@ -158,12 +158,12 @@ class LSTM:
     [hidden, 4 hidden]``, ``core.bias [4 hidden]`` (forget-gate bias initialised to
     ``forget_bias``). The state of one sequence is ``[h, c]``: float32 ``[2 hidden]``.
 
-    ``matmul``: ``"float32"``, or ``"bf16x3"`` for the learner's products (``forward_train`` and
-    ``backward``) on Intel AMX tiles, each float32 operand split into two bfloat16 halves and
-    three of their products summed in float32: ~1e-5 relative error per product instead of
-    ~6e-8, and faster where AMX is (`rlpar.amx_available()`; elsewhere the net refuses to
-    build). Actors' calls (``forward``) stay float32, so a behaviour policy and the learner's
-    recomputation of it differ by that error.
+    ``matmul``: ``"float32"``, or ``"bf16x3"`` for the core's products on Intel AMX tiles, each
+    float32 operand split into two bfloat16 halves and three of their products summed in
+    float32: ~1e-5 relative error per product instead of ~6e-8, and faster where AMX is
+    (`rlpar.amx_available()`; elsewhere the net refuses to build). Every call runs them, the
+    actors' and the learner's alike. The weights are packed into tiles once per pinned
+    `Snapshot` passed as params (as rlpar's actors step), or in each call from an array.
     """
 
     hidden: int

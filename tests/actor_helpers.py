@@ -18,10 +18,12 @@ def make_actor(
     num_envs: int = 3,
     generation: int = 0,
     keep_resume_state: bool = False,
+    lstm_matmul: str = "float32",
 ) -> Actor:
-    """IMPALA (hidden [16], ``lstm`` units) on ``num_envs`` envs of ``env_id``, T = 7, one
-    published version; ``actor.params`` holds its parameters."""
-    agent = rlpar.make_agent("impala", {"net": {"hidden": [16], "lstm": lstm}})
+    """IMPALA (hidden [16], ``lstm`` units, its products in ``lstm_matmul``) on ``num_envs``
+    envs of ``env_id``, T = 7, one published version; ``actor.params`` holds its parameters."""
+    net_cfg = {"hidden": [16], "lstm": lstm, "lstm_matmul": lstm_matmul}
+    agent = rlpar.make_agent("impala", {"net": net_cfg})
     envs = make_actor_envs(EnvConfig(env_id), num_envs)
     net = rlpar.Net(agent.net_spec(envs.single_observation_space, envs.single_action_space))
     params = net.init_params(seed=0)

@@ -94,7 +94,7 @@ def test_bench_net_json_has_the_documented_shape(tmp_path) -> None:
     lstm_impls = {"native"} | ({"torch"} if HAS_TORCH else set())
     lstm_impls |= {"native_bf16x3"} if amx_available() else set()
     assert_numbers(r["lstm_train_ms"], lstm_impls)
-    assert_numbers(r["lstm_step_us"], {"native", "torch"} if HAS_TORCH else {"native"})
+    assert_numbers(r["lstm_step_us"], lstm_impls)
     assert r["gil_release_threshold_flops"] >= 0
     conv_batches = {
         "conv_forward_ms": {"nature": {"1", "32", "256"}},
@@ -118,9 +118,11 @@ def test_bench_net_json_has_the_documented_shape(tmp_path) -> None:
         assert ratios["lstm_train_native_vs_torch"] > 0
         assert ratios["lstm_step_b16_native_vs_torch"] > 0
         assert ("lstm_train_bf16x3_vs_torch" in ratios) == amx_available()
+        assert ("lstm_step_b16_bf16x3_vs_torch" in ratios) == amx_available()
         assert_numbers(ratios["conv_forward_native_vs_torch"]["nature"], {"1", "32", "256"})
         assert_numbers(ratios["conv_train_native_vs_torch"]["minatar"], {"256", "1024"})
     assert ("lstm_train_bf16x3_vs_float32" in ratios) == amx_available()
+    assert ("lstm_step_b16_bf16x3_vs_float32" in ratios) == amx_available()
     assert ratios["conv_learner_threads_2v1"] > 0
     assert_load(r["background_load_cores"])
 

@@ -1,11 +1,14 @@
 """`LSTM(matmul="bf16x3")`: the learner's products on AMX tiles, each float32 split into two
 bfloat16 halves. Against the float64 reference and its finite differences, against the float32
-net on shapes with partial tiles, actors' steps unchanged (float32); clear errors. test_lstm.py
+net on shapes with partial tiles; actors' steps, from an array or from weights packed once per
+snapshot, against each other and the learner, under a publishing learner; clear errors. test_lstm.py
 checks that gradients are bit-identical whatever the thread, and native/tests/test_amx.cc the
 products themselves (and that a row's floats do not depend on the batch). Skipped where the CPU
 has no AMX: the option then refuses to build, which the error test checks."""
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import pytest
@@ -94,17 +97,109 @@ def test_close_to_float32_with_partial_tiles() -> None:
     assert not np.array_equal(out16, out32)  # the option did take effect
 
 
+def step(net: Net, params, obs: np.ndarray, state0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One actor step from ``state0``: (outputs, new state)."""
+    state = state0.copy()
+    return net.forward(params, obs, state=state), state
+
+
 @needs_amx
-def test_actor_steps_stay_float32() -> None:
-    """`forward` (an actor's step) is the float32 net's, bit for bit."""
-    f32, bf = make_net(24, "float32"), make_net(24, "bf16x3")
-    params = random_params(f32)
-    obs, state0, _ = sequence(7, 1, 16, D, 24)
-    s32, s16 = state0.copy(), state0.copy()
-    np.testing.assert_array_equal(
-        bf.forward(params, obs[0], state=s16), f32.forward(params, obs[0], state=s32)
-    )
-    np.testing.assert_array_equal(s16, s32)
+def test_actor_steps_match_the_learner_and_the_snapshot_path() -> None:
+    """An actor's step runs bf16x3 too: given a pinned snapshot, from the core's weights packed
+    once for that snapshot; given an array, packed in the call. Both give the same floats, and
+    the learner's sequence recomputes them (to the heads' rounding, which depends on the rows)."""
+    net, f32 = make_net(24, "bf16x3"), make_net(24, "float32")
+    params = random_params(net)
+    store = rlpar.SnapshotStore(net.num_params, num_slots=4)
+    store.publish(params)
+    obs, state0, resets = sequence(7, T, 16, D, 24)
+    with store.pin() as snap:
+        for t in range(T):
+            want = step(net, params, obs[t], state0)
+            got = step(net, snap, obs[t], state0)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+    state = state0.copy()
+    outs = [net.forward(params, obs[t], state=state, resets=resets[t]) for t in range(T)]
+    seq_out, tape = net.forward_train(params, obs.reshape(T * 16, D), state=state0, resets=resets)
+    tape.release()
+    np.testing.assert_allclose(np.stack(outs), seq_out.reshape(T, 16, -1), rtol=1e-5, atol=1e-6)
+    f32_out, _ = step(f32, params, obs[0], state0)
+    assert not np.array_equal(step(net, params, obs[0], state0)[0], f32_out)
+
+
+@needs_amx
+def test_packed_weights_follow_the_snapshot_version_and_store() -> None:
+    """Each (store, version) gets its own packed weights: a newer version, an older one still
+    pinned, and another store whose versions have the same numbers all give what their own
+    parameters give."""
+    net = make_net(32, "bf16x3")
+    p1, p2 = random_params(net, seed=1), random_params(net, seed=2)
+    obs, state0, _ = sequence(8, 1, 16, D, 32)
+    want1, want2 = step(net, p1, obs[0], state0), step(net, p2, obs[0], state0)
+    a, b = (rlpar.SnapshotStore(net.num_params, num_slots=4) for _ in range(2))
+    a.publish(p1, version=1)
+    b.publish(p2, version=1)
+    with a.pin() as a1, b.pin() as b1:
+        np.testing.assert_array_equal(step(net, a1, obs[0], state0)[1], want1[1])
+        np.testing.assert_array_equal(step(net, b1, obs[0], state0)[1], want2[1])
+        a.publish(p2, version=2)
+        with a.pin() as a2:
+            np.testing.assert_array_equal(step(net, a2, obs[0], state0)[1], want2[1])
+            np.testing.assert_array_equal(step(net, a1, obs[0], state0)[1], want1[1])
+    for version in range(3, 12):  # more versions than the net keeps packed
+        a.publish(p1 if version % 2 else p2, version=version)
+        with a.pin() as snap:
+            want = want1 if version % 2 else want2
+            np.testing.assert_array_equal(step(net, snap, obs[0], state0)[1], want[1])
+
+
+@needs_amx
+def test_actors_on_snapshots_while_the_learner_publishes() -> None:
+    """Four actor threads step from whatever snapshot they pin while the main thread publishes
+    new versions (two parameter vectors, alternating; each version is published once an actor
+    has stepped from the previous one): every step gives the state its version's parameters
+    give."""
+    net = make_net(32, "bf16x3")
+    params = [random_params(net, seed=s) for s in (3, 4)]
+    obs, state0, _ = sequence(9, 1, 16, D, 32)
+    wants = [step(net, p, obs[0], state0)[1] for p in params]
+    store = rlpar.SnapshotStore(net.num_params, num_slots=8)
+    store.publish(params[0], version=2)
+    errors: list[BaseException] = []
+    seen: set[int] = set()
+    stepped = threading.Condition()
+    stop = threading.Event()
+
+    def actor() -> None:
+        try:
+            while not stop.is_set():
+                with store.pin() as snap:
+                    got = step(net, snap, obs[0], state0)[1]
+                    if not np.array_equal(got, wants[snap.version % 2]):
+                        raise AssertionError(f"version {snap.version}: wrong state")
+                    with stepped:
+                        seen.add(snap.version)
+                        stepped.notify_all()
+        except BaseException as e:  # re-raised below
+            errors.append(e)
+            with stepped:
+                stepped.notify_all()
+
+    threads = [threading.Thread(target=actor) for _ in range(4)]
+    for th in threads:
+        th.start()
+    try:
+        for version in range(3, 40):
+            with stepped:
+                assert stepped.wait_for(lambda v=version: v - 1 in seen or errors, timeout=60)
+            store.publish(params[version % 2], version=version)
+    finally:
+        stop.set()
+        for th in threads:
+            th.join()
+    assert not errors, errors[0]
+    assert len(seen) >= 37
 
 
 def test_errors_name_what_was_expected() -> None:

@@ -25,6 +25,15 @@ def impala(lstm: int = 8, **kw) -> rlpar.Agent:
     return rlpar.make_agent("impala", {"net": {"hidden": [16], "lstm": lstm}, **kw})
 
 
+MATMULS = [
+    "float32",
+    pytest.param(
+        "bf16x3",
+        marks=pytest.mark.skipif(not rlpar.amx_available(), reason="no AMX-BF16 tiles"),
+    ),
+]
+
+
 def small_runtime(**kw) -> RuntimeConfig:
     base = dict(
         num_actors=2,
@@ -52,11 +61,13 @@ def check_learner_rerun(net: rlpar.Net, params: np.ndarray, r: rlpar.Rollout) ->
     return int(episode_starts(r.mask)[1:].sum())
 
 
-def test_learner_rerun_of_each_unroll_gives_the_actors_outputs() -> None:
+@pytest.mark.parametrize("matmul", MATMULS)
+def test_learner_rerun_of_each_unroll_gives_the_actors_outputs(matmul: str) -> None:
     """Three consecutive unrolls with episodes ending inside them: recomputing each from its
     stored start state with `episode_starts` reproduces the behaviour outputs; and the state
-    carried across unrolls is the one the previous unroll ended with."""
-    actor = make_actor()
+    carried across unrolls is the one the previous unroll ended with. With bf16x3 the actor's
+    steps read the core's weights packed once for the snapshot, the learner packs its own."""
+    actor = make_actor(lstm_matmul=matmul)
     net, params = actor.net, actor.params
     episodes = EpisodeLog()
     seen_resets = 0
@@ -151,13 +162,15 @@ def test_checkpoint_resume_keeps_the_core_and_refuses_another_width(tmp_path) ->
         Runner(impala(lstm=4), env, small_runtime(), resume=path)
 
 
+@pytest.mark.parametrize("matmul", MATMULS)
 @pytest.mark.parametrize("env_id", ["rlpar/CartPole-v1", "rlpar/Catch-v0"])
-def test_fused_unroll_carries_the_state_like_the_python_path(env_id) -> None:
+def test_fused_unroll_carries_the_state_like_the_python_path(env_id, matmul: str) -> None:
     """The fused native unroll runs a recurrent net: over consecutive unrolls, with episodes
     ending inside them, its outputs equal a step-by-step replay of the recorded observations
-    and masks through the Python path's `CoreState` (bit for bit: the same native call), each
-    rollout stores the state its step 0 was fed, and the learner's re-run reproduces them."""
-    actor = make_actor(env_id)
+    and masks through the Python path's `CoreState` (bit for bit: the same native call; with
+    bf16x3, weights packed once for the snapshot against packed from the array in each call),
+    each rollout stores the state its step 0 was fed, and the learner's re-run reproduces them."""
+    actor = make_actor(env_id, lstm_matmul=matmul)
     assert actor.sampler is not None, "the fused unroll refused the recurrent net"
     net, params = actor.net, actor.params
     replay = CoreState(net, actor.num_envs)

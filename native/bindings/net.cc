@@ -315,7 +315,14 @@ py::array_t<float> do_forward(const std::shared_ptr<Net>& net, py::handle params
   int64_t batch = 0;
   py::array x = checked_obs(*net, obs, batch);
   py::array_t<float> y = output_buffer(*net, std::move(out), batch);
-  const SeqInput seq = checked_seq(*net, state, resets, batch, tape == nullptr);
+  SeqInput seq = checked_seq(*net, state, resets, batch, tape == nullptr);
+  // A bf16x3 core's weights: packed once per snapshot (below, without the GIL), else in the
+  // call from the array.
+  std::shared_ptr<rlpar_py::SharedPin> snapshot;
+  if (net->spec().lstm_bf16x3 && py::isinstance<PySnapshot>(params)) {
+    snapshot = params.cast<const PySnapshot&>().pin;
+  }
+  std::shared_ptr<const rlpar::PackedCore> packed;
   if (check) {
     rlpar::check_finite(p, net->num_params(), "params");
     check_obs_finite(*net, x, batch);
@@ -326,6 +333,10 @@ py::array_t<float> do_forward(const std::shared_ptr<Net>& net, py::handle params
   {
     const bool release = want_release(release_gil, net->flops_per_sample() * batch);
     CallScope scope(release, net->has_external());
+    if (snapshot) {
+      packed = net->packed_core(snapshot->store, snapshot->pin.version(), p);
+      seq.args.packed_core = packed.get();
+    }
     if (tape) {
       *tape = net->forward_train_seq(p, xp, seq.args, yp, pool);
     } else {

@@ -176,11 +176,20 @@ void forward(const LstmDims& d, const float* x, const float* wx, const float* wh
   // Input projections of every step in one GEMM: gates = x Wx + b, then + h Wh step by step.
   // The linear kernels read the weights in place (no packed copy per call, which dominated an
   // actor's one-step call) and sum each row in a fixed order whatever the number of rows.
-  if (amx.a != nullptr) {  // bf16x3: gates = b + x Wx; Wh packed once for every step
+  // bf16x3: gates = b + x Wx, Wx and Wh packed once for every step (or by the caller).
+  const uint16_t* wh_tiles = amx.wh;
+  if (amx.a != nullptr) {
+    const uint16_t* wx_tiles = amx.wx;
+    if (wx_tiles == nullptr) {
+      amx::pack_b(amx.b, wx, d.in, G, G, false);
+      wx_tiles = amx.b;
+    }
     amx::pack_a(amx.a, x, d.rows(), d.in, d.in, false);
-    amx::pack_b(amx.b, wx, d.in, G, G, false);
-    amx::gemm(tape.gates, G, amx.a, amx.b, d.rows(), G, d.in, amx::Start::kBias, b);
-    amx::pack_b(amx.b, wh, H, G, G, false);
+    amx::gemm(tape.gates, G, amx.a, wx_tiles, d.rows(), G, d.in, amx::Start::kBias, b);
+    if (wh_tiles == nullptr) {
+      amx::pack_b(amx.b, wh, H, G, G, false);
+      wh_tiles = amx.b;
+    }
   } else {
     layers::linear_forward(tape.gates, x, wx, b, d.rows(), d.in, G, false);
   }
@@ -201,7 +210,7 @@ void forward(const LstmDims& d, const float* x, const float* wx, const float* wh
     float* a = tape.gates + r0 * G;
     if (amx.a != nullptr) {
       amx::pack_a(amx.a, hp, N, H, H, false);
-      amx::gemm(a, G, amx.a, amx.b, N, G, H);
+      amx::gemm(a, G, amx.a, wh_tiles, N, G, H);
     } else {
       layers::linear_forward_add(a, hp, wh, N, H, G);
     }

@@ -237,7 +237,24 @@ enum : size_t { kGradA = 0, kGradB = 1, kCol = 2, kActBase = 3 };
 constexpr int64_t kMaxParts = 256;
 }
 
-Net::Net(NetSpec spec) : spec_(std::move(spec)), pool_(std::make_shared<WorkspacePool>()) {
+// packed_core's snapshots: a few (owner, version) entries, replaced oldest first.
+struct Net::CoreCache {
+  struct Entry {
+    std::weak_ptr<const void> owner;
+    uint64_t version = 0;
+    std::shared_ptr<const PackedCore> packed;
+  };
+  static constexpr size_t kEntries = 4;
+  // Held only to look up or replace an entry: never while packing.
+  std::mutex mu;
+  Entry entries[kEntries];
+  size_t next = 0;
+};
+
+Net::Net(NetSpec spec)
+    : spec_(std::move(spec)),
+      pool_(std::make_shared<WorkspacePool>()),
+      core_cache_(std::make_shared<CoreCache>()) {
   check_input();
   Shape cur = spec_.input_shape;
   for (size_t i = 0; i < spec_.layers.size(); ++i) {
@@ -494,7 +511,7 @@ int64_t Net::part_scratch_floats(int64_t rows, bool backward) const {
 }
 
 void Net::run_forward(const float* params, const void* input, const SeqArgs& seq, float* out,
-                      Workspace& ws, ThreadPool* pool, bool train) const {
+                      Workspace& ws, ThreadPool* pool) const {
   if (seq.steps <= 0 || seq.seqs <= 0) {
     fail("a sequence needs steps >= 1 and seqs >= 1, got steps=" + std::to_string(seq.steps) +
          " seqs=" + std::to_string(seq.seqs));
@@ -503,7 +520,7 @@ void Net::run_forward(const float* params, const void* input, const SeqArgs& seq
   ws.steps = seq.steps;
   run_torso(params, input, ws, pool);
   ws.feat = ws.act[layers_.size()];
-  if (recurrent()) run_core(params, seq, ws, train);
+  if (recurrent()) run_core(params, seq, ws);
   run_heads(params, out, ws);
 }
 
@@ -581,15 +598,48 @@ void Net::torso_rows(const float* params, const void* input, Workspace& ws, int6
   }
 }
 
-// The LSTM's packed bf16x3 operands (spec.lstm_bf16x3), in workspace slots; none otherwise.
-lstm::AmxScratch Net::core_amx(const lstm::LstmDims& d, Workspace& ws) const {
-  if (!spec_.lstm_bf16x3) return {};
-  const auto floats = [](int64_t elems) { return static_cast<size_t>((elems + 1) / 2); };
-  return {reinterpret_cast<uint16_t*>(ws.get(core_slot(kCoreAmxA), floats(lstm::amx_a_elems(d)))),
-          reinterpret_cast<uint16_t*>(ws.get(core_slot(kCoreAmxB), floats(lstm::amx_b_elems(d))))};
+std::shared_ptr<const PackedCore> Net::pack_core(const float* params) const {
+  if (!spec_.lstm_bf16x3) fail("pack_core: the net's LSTM does not use bf16x3 products");
+  const int64_t h = spec_.lstm_hidden, g = 4 * h;
+  auto packed = std::make_shared<PackedCore>();
+  packed->wx.resize(static_cast<size_t>(amx::packed_b_elems(core_in_, g)));
+  packed->wh.resize(static_cast<size_t>(amx::packed_b_elems(h, g)));
+  amx::pack_b(packed->wx.data(), params + core_wx_, core_in_, g, g, false);
+  amx::pack_b(packed->wh.data(), params + core_wh_, h, g, g, false);
+  return packed;
 }
 
-void Net::run_core(const float* params, const SeqArgs& seq, Workspace& ws, bool train) const {
+std::shared_ptr<const PackedCore> Net::packed_core(const std::shared_ptr<const void>& owner,
+                                                   uint64_t version, const float* params) const {
+  CoreCache& cache = *core_cache_;
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    for (const CoreCache::Entry& e : cache.entries) {
+      if (e.packed && e.version == version && e.owner.lock() == owner) return e.packed;
+    }
+  }
+  std::shared_ptr<const PackedCore> packed = pack_core(params);
+  std::lock_guard<std::mutex> lock(cache.mu);
+  CoreCache::Entry& e = cache.entries[cache.next];
+  cache.next = (cache.next + 1) % CoreCache::kEntries;
+  e = {owner, version, packed};
+  return packed;
+}
+
+// The LSTM's packed bf16x3 operands (spec.lstm_bf16x3), in workspace slots; none otherwise.
+// `prepacked`: the weights come packed (forward only), so no B scratch.
+lstm::AmxScratch Net::core_amx(const lstm::LstmDims& d, Workspace& ws, bool prepacked) const {
+  if (!spec_.lstm_bf16x3) return {};
+  const auto floats = [](int64_t elems) { return static_cast<size_t>((elems + 1) / 2); };
+  lstm::AmxScratch amx;
+  amx.a = reinterpret_cast<uint16_t*>(ws.get(core_slot(kCoreAmxA), floats(lstm::amx_a_elems(d))));
+  if (!prepacked) {
+    amx.b = reinterpret_cast<uint16_t*>(ws.get(core_slot(kCoreAmxB), floats(lstm::amx_b_elems(d))));
+  }
+  return amx;
+}
+
+void Net::run_core(const float* params, const SeqArgs& seq, Workspace& ws) const {
   const int64_t rows = ws.batch, h = spec_.lstm_hidden;
   const lstm::LstmDims d{seq.steps, seq.seqs, core_in_, h};
   const lstm::LstmTape tape{ws.get(core_slot(kCoreGates), rows * 4 * h),
@@ -604,9 +654,13 @@ void Net::run_core(const float* params, const SeqArgs& seq, Workspace& ws, bool 
     for (int64_t i = 0; i < rows; ++i) ws.resets[i] = seq.resets[i] != 0;
   }
   float* out_h = ws.get(core_slot(kCoreH), rows * h);
+  lstm::AmxScratch amx = core_amx(d, ws, seq.packed_core != nullptr);
+  if (amx.a != nullptr && seq.packed_core != nullptr) {
+    amx.wx = seq.packed_core->wx.data();
+    amx.wh = seq.packed_core->wh.data();
+  }
   lstm::forward(d, ws.act[layers_.size()], params + core_wx_, params + core_wh_, params + core_b_,
-                seq.state0, ws.resets, out_h, tape, seq.state_out,
-                train ? core_amx(d, ws) : lstm::AmxScratch{});
+                seq.state0, ws.resets, out_h, tape, seq.state_out, amx);
   ws.feat = out_h;
 }
 
@@ -641,14 +695,14 @@ std::unique_ptr<Tape> Net::forward_train(const float* params, const void* input,
 void Net::forward_seq(const float* params, const void* input, const SeqArgs& seq, float* out,
                       ThreadPool* pool) const {
   Lease lease(pool_);
-  run_forward(params, input, seq, out, *lease.ws, pool, false);
+  run_forward(params, input, seq, out, *lease.ws, pool);
 }
 
 std::unique_ptr<Tape> Net::forward_train_seq(const float* params, const void* input,
                                              const SeqArgs& seq, float* out,
                                              ThreadPool* pool) const {
   Lease lease(pool_);
-  run_forward(params, input, seq, out, *lease.ws, pool, true);
+  run_forward(params, input, seq, out, *lease.ws, pool);
   auto tape = std::make_unique<Tape>(pool_, std::move(lease.ws), seq.steps * seq.seqs);
   tape->steps_ = seq.steps;
   return tape;
@@ -706,7 +760,7 @@ const float* Net::core_backward(const float* params, float* dh, float* grad, flo
                             ws.get(core_slot(kCoreTanhC), rows * h)};
   float* dgates = ws.get(core_slot(kCoreDGates), rows * 4 * h);
   float* dstate = ws.get(core_slot(kCoreDState), seqs * 2 * h);
-  const lstm::AmxScratch amx = core_amx(d, ws);
+  const lstm::AmxScratch amx = core_amx(d, ws, false);
   const int64_t panel_floats = amx.a != nullptr ? 0 : lstm::backward_panel_floats(d);
   float* panels = panel_floats > 0 ? ws.get(core_slot(kDxPanels), panel_floats) : nullptr;
   lstm::backward(d, ws.act[layers_.size()], params + core_wx_, params + core_wh_, ws.resets, tape,

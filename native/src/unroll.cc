@@ -91,7 +91,8 @@ LogitsSlice check_unroll_net(const Net& net, const VecEnv& envs) {
 
 std::vector<EpisodeEnd> unroll(const Net& net, const float* params, VecEnv& envs,
                                CategoricalSampler& sampler, const UnrollArrays& a,
-                               double* ep_return, int64_t* ep_length) {
+                               double* ep_return, int64_t* ep_length,
+                               const PackedCore* packed_core) {
   const LogitsSlice logits = check_unroll_net(net, envs);
   if (a.steps < 1) {
     throw std::invalid_argument("an unroll needs at least 1 step, got " + std::to_string(a.steps));
@@ -114,6 +115,11 @@ std::vector<EpisodeEnd> unroll(const Net& net, const float* params, VecEnv& envs
     }
     std::copy_n(a.state, k * state_size, a.core_state);
   }
+  std::shared_ptr<const PackedCore> own_packed;
+  if (net.spec().lstm_bf16x3 && packed_core == nullptr) {
+    own_packed = net.pack_core(params);
+    packed_core = own_packed.get();
+  }
   const int64_t obs_bytes = envs.spec().obs_size() * (envs.spec().obs_uint8 ? 1 : 4);
   char* obs = static_cast<char*>(a.obs);
   std::vector<bool> prev_done(k);
@@ -131,6 +137,7 @@ std::vector<EpisodeEnd> unroll(const Net& net, const float* params, VecEnv& envs
       seq.state0 = a.state;
       seq.resets = resets.data();
       seq.state_out = a.state;
+      seq.packed_core = packed_core;
       net.forward_seq(params, obs + tk * obs_bytes, seq, out);
     } else {
       net.forward(params, obs + tk * obs_bytes, k, out);

@@ -4,9 +4,10 @@ hidden), and an actor's single step at batch 16 carrying the state.
 
 Both sides run the core plus one value head (a Linear to 1), from the same fixed output gradient,
 with no episode resets inside the sequence (torch.nn.LSTM has none). torch is optional: without
-it only the native figures are reported. Where the CPU has AMX tiles, the learner's step is also
-timed with ``LSTM(matmul="bf16x3")`` ("native_bf16x3": the same weights, its outputs checked
-against the float32 net's); torch's float32 matmul precision settings ("high", "medium", or
+it only the native figures are reported. Where the CPU has AMX tiles, both are also timed with
+``LSTM(matmul="bf16x3")`` ("native_bf16x3": the same weights, its outputs checked against the
+float32 net's; the actor step from a pinned snapshot, as rlpar's actors step, so the core's
+weights are packed once); torch's float32 matmul precision settings ("high", "medium", or
 oneDNN's bf16) left its CPU LSTM's time unchanged here, so torch runs float32 only.
 """
 
@@ -108,6 +109,19 @@ def _step_fns(net: rlpar.Net, params: np.ndarray, torch) -> dict[str, Callable[[
         return net.forward(params, obs, out, state=state)
 
     fns: dict[str, Callable[[], object]] = {"native": native}
+    if rlpar.amx_available():
+        # As an actor steps: from a pinned snapshot, whose packed core the net keeps.
+        bf16x3, store = _net("bf16x3"), rlpar.SnapshotStore(net.num_params, num_slots=4)
+        store.publish(params)
+        snap = store.pin()
+        bf_state = start.copy()
+
+        def native_bf16x3() -> np.ndarray:
+            return bf16x3.forward(snap, obs, out, state=bf_state)
+
+        want = net.forward(params, obs, state=start.copy())  # leaves `state` for the torch check
+        _check_twin(native_bf16x3().copy(), want, "bf16x3 LSTM")
+        fns["native_bf16x3"] = native_bf16x3
     if torch:
         lstm, head = _torch_twin(net, params, torch)
         x = torch.from_numpy(obs[None])
@@ -126,8 +140,8 @@ def _step_fns(net: rlpar.Net, params: np.ndarray, torch) -> dict[str, Callable[[
 
 def bench_lstm(chunk_s: float, repeats: int, torch) -> dict:
     """``{"lstm_train_ms": {"native"|"native_bf16x3"|"torch": ms}, "lstm_step_us":
-    {"native"|"torch": µs}}``: medians, the implementations taking turns (callers limit torch to
-    one thread)."""
+    {"native"|"native_bf16x3"|"torch": µs}}``: medians, the implementations taking turns (callers
+    limit torch to one thread)."""
     net = _net()
     params = net.init_params(seed=0)
     train = time_interleaved(_train_fns(net, params, torch), chunk_s, repeats)
@@ -144,9 +158,10 @@ def lstm_ratios(r: dict) -> dict:
     for key, name in (("lstm_train_ms", "lstm_train"), ("lstm_step_us", "lstm_step_b16")):
         if "torch" in r[key]:
             out[f"{name}_native_vs_torch"] = sig(r[key]["torch"] / r[key]["native"], 3)
-    train = r["lstm_train_ms"]
-    if "native_bf16x3" in train:
-        out["lstm_train_bf16x3_vs_float32"] = sig(train["native"] / train["native_bf16x3"], 3)
-        if "torch" in train:
-            out["lstm_train_bf16x3_vs_torch"] = sig(train["torch"] / train["native_bf16x3"], 3)
+    for key, name in (("lstm_train_ms", "lstm_train"), ("lstm_step_us", "lstm_step_b16")):
+        times = r[key]
+        if "native_bf16x3" in times:
+            out[f"{name}_bf16x3_vs_float32"] = sig(times["native"] / times["native_bf16x3"], 3)
+            if "torch" in times:
+                out[f"{name}_bf16x3_vs_torch"] = sig(times["torch"] / times["native_bf16x3"], 3)
     return out

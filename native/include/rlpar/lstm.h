@@ -40,10 +40,13 @@ struct LstmTape {
 
 // Scratch for bf16x3 products on AMX tiles (rlpar/amx.h) instead of float32 ones: the packed
 // operands, amx_a_elems(d) and amx_b_elems(d) bfloat16 elements. Null `a`: float32 products.
-// The net uses it for the learner's forward and backward only (NetSpec::lstm_bf16x3).
+// forward may take Wx and Wh already packed (amx::pack_b, [in, 4H] and [H, 4H]) in `wx` and
+// `wh`; `b` is then not needed.
 struct AmxScratch {
   uint16_t* a = nullptr;
   uint16_t* b = nullptr;
+  const uint16_t* wx = nullptr;
+  const uint16_t* wh = nullptr;
 };
 int64_t amx_a_elems(const LstmDims& d);
 int64_t amx_b_elems(const LstmDims& d);

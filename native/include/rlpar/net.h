@@ -108,10 +108,16 @@ struct NetSpec {
   std::vector<LayerSpec> layers;
   std::vector<HeadSpec> heads;
   int64_t lstm_hidden = 0;    // > 0: an LSTM core of this width after the layers, before the heads
-  // The LSTM's products in forward_train / backward (the learner's) in bf16x3 on AMX tiles
-  // (rlpar/amx.h: ~1e-5 relative error per product) instead of float32; forward / forward_seq
-  // (the actors') stay float32. Needs amx::available().
+  // The LSTM's products in bf16x3 on AMX tiles (rlpar/amx.h: ~1e-5 relative error per
+  // product) instead of float32, in every call. The weights are packed into tiles per call,
+  // unless the call brings them packed (SeqArgs::packed_core). Needs amx::available().
   bool lstm_bf16x3 = false;
+};
+
+// The LSTM core's weights of one params vector, packed for spec.lstm_bf16x3 (Net::pack_core):
+// an actor packs them once per snapshot instead of on every step.
+struct PackedCore {
+  std::vector<uint16_t> wx, wh;
 };
 
 // One call's sequence layout. Rows of the input and output are time-major: row t * seqs + n.
@@ -121,6 +127,8 @@ struct SeqArgs {
   const float* state0 = nullptr;    // [N, state_size] state before step 0; null: zeros
   const uint8_t* resets = nullptr;  // [T, N] 1 where an episode starts (state zeroed first); null: none
   float* state_out = nullptr;       // [N, state_size] state after step T - 1; nullable, may alias state0
+  // spec.lstm_bf16x3: the core's weights already packed from these params (nullable).
+  const PackedCore* packed_core = nullptr;
 };
 
 struct ParamInfo {
@@ -208,6 +216,14 @@ class Net {
                                           const SeqArgs& seq, float* out,
                                           ThreadPool* pool = nullptr) const;
 
+  // spec.lstm_bf16x3 only: the core's weights of `params`, packed.
+  std::shared_ptr<const PackedCore> pack_core(const float* params) const;
+  // The same, kept for the snapshot `version` of `owner` (a snapshot store, held weakly): the
+  // first call packs, later calls for that snapshot share the result. A few snapshots are kept
+  // (the actors may be on different versions); an owner that is gone never matches again.
+  std::shared_ptr<const PackedCore> packed_core(const std::shared_ptr<const void>& owner,
+                                                uint64_t version, const float* params) const;
+
   // dout: [B, output_size] gradient of the loss w.r.t. the output; grad: [num_params].
   // `params` must be the buffer the tape was recorded with.
   void backward(const float* params, const Tape& tape, const float* dout, float* grad,
@@ -231,13 +247,13 @@ class Net {
   void build_core(const Shape& torso_out);
   void build_heads(const Shape& features);
   void run_forward(const float* params, const void* input, const SeqArgs& seq, float* out,
-                   Workspace& ws, ThreadPool* pool, bool train) const;
+                   Workspace& ws, ThreadPool* pool) const;
   void run_torso(const float* params, const void* input, Workspace& ws, ThreadPool* pool) const;
   void torso_rows(const float* params, const void* input, Workspace& ws, int64_t r0, int64_t r1,
                   float* scratch) const;
   int64_t part_scratch_floats(int64_t rows, bool backward) const;
-  void run_core(const float* params, const SeqArgs& seq, Workspace& ws, bool train) const;
-  lstm::AmxScratch core_amx(const lstm::LstmDims& d, Workspace& ws) const;
+  void run_core(const float* params, const SeqArgs& seq, Workspace& ws) const;
+  lstm::AmxScratch core_amx(const lstm::LstmDims& d, Workspace& ws, bool prepacked) const;
   void run_heads(const float* params, float* out, Workspace& ws) const;
   void heads_backward(const float* params, const float* dout, float* grad, float* dfeat,
                       Workspace& ws) const;
@@ -264,6 +280,8 @@ class Net {
   double flops_per_sample_ = 0;
   bool has_external_ = false;
   std::shared_ptr<WorkspacePool> pool_;
+  struct CoreCache;  // packed_core's snapshots (net.cc)
+  std::shared_ptr<CoreCache> core_cache_;
 };
 
 // Raises std::invalid_argument naming `what` if any of the n values is NaN or infinite.
