@@ -24,7 +24,7 @@ from rlpar.agent import Agent
 from rlpar.config import EnvConfig
 from rlpar.nn import Net
 from rlpar.runtime.envs import ActionAdapter, make_actor_envs
-from rlpar.snapshot import Snapshot
+from rlpar.snapshot import Snapshot, SnapshotStore
 
 __all__ = ["Evaluation", "eval_seed", "evaluate_policy"]
 
@@ -144,6 +144,11 @@ def _play(
     core: dict[str, Any] = (
         {"state": net.initial_state(k), "resets": starts} if net.recurrent else {}
     )
+    if isinstance(params, np.ndarray) and net.spec.core and net.spec.core.matmul == "bf16x3":
+        # From a snapshot, the core's weights are packed into tiles once, not on every step.
+        store = SnapshotStore(net.num_params, num_slots=3)
+        store.publish(params)
+        params = store.pin()
     obs, _ = envs.reset(seed=seed)
     while (finished < quota).any():
         if stop is not None and stop.is_set():
