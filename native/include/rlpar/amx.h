@@ -1,5 +1,5 @@
 // rlpar/amx.h — float32 matrix products on Intel AMX tiles in "bf16x3" precision: the LSTM
-// core's learner products when its spec asks for them (NetSpec::lstm_bf16x3).
+// core's products when its spec asks for them (NetSpec::lstm_bf16x3).
 //
 // Each float32 operand x is split into two bfloat16 halves, hi = bf16(x) and lo = bf16(x - hi),
 // so hi + lo carries 16 of x's 24 significand bits, and a product is summed as
