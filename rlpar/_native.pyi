@@ -79,9 +79,6 @@ class Net:
     def param_info(self) -> list:
         ...
     @property
-    def lstm_bf16x3(self) -> bool:
-        ...
-    @property
     def recurrent(self) -> bool:
         ...
     @property

@@ -448,7 +448,6 @@ void bind_net(py::module_& m) {
            py::arg("lstm_hidden") = 0, py::arg("lstm_bf16x3") = false)
       .def_property_readonly("state_size", &Net::state_size)
       .def_property_readonly("recurrent", &Net::recurrent)
-      .def_property_readonly("lstm_bf16x3", [](const Net& n) { return n.spec().lstm_bf16x3; })
       .def_property_readonly("num_params", &Net::num_params)
       .def_property_readonly("output_size", &Net::output_size)
       .def_property_readonly("input_shape",
