@@ -36,7 +36,8 @@ class NetConfig:
     """The LSTM's products, the actors' and the learner's: "float32", or "bf16x3" on Intel AMX
     tiles (each float32 split into two bfloat16 halves, three products summed in float32: ~1e-5
     relative error per product instead of ~6e-8; for a 256-unit core 1.3-2x faster learner steps
-    and 1.7x faster actor steps where the CPU has AMX, refused where it has not)."""
+    and 1.7-1.9x faster actor steps where the CPU has AMX; refused where it has not, or with
+    RLPAR_DISABLE_AMX=1)."""
 
     def __post_init__(self) -> None:
         rlpar.check_field_types(self)
@@ -49,7 +50,8 @@ class NetConfig:
         if self.lstm_matmul == "bf16x3" and not rlpar.amx_available():
             raise rlpar.ConfigError(
                 "lstm_matmul: 'bf16x3' needs Intel AMX-BF16 tiles (Xeon Sapphire Rapids or "
-                "newer, Linux 5.16+), and this CPU or OS has none: use 'float32'"
+                "newer, Linux 5.16+), and this CPU or OS has none (or RLPAR_DISABLE_AMX is set): "
+                "use 'float32'"
             )
         if self.activation not in ("tanh", "relu"):
             raise rlpar.ConfigError(

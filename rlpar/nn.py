@@ -63,7 +63,8 @@ set_gil_release_threshold = _native.set_gil_release_threshold
 
 def amx_available() -> bool:
     """True when this CPU and OS run Intel AMX-BF16 tiles (Xeon Sapphire Rapids or newer, Linux
-    5.16+), which ``LSTM(matmul="bf16x3")`` needs."""
+    5.16+), which ``LSTM(matmul="bf16x3")`` needs; False also when the environment variable
+    ``RLPAR_DISABLE_AMX`` is set (to anything but "" or "0") before rlpar first asks."""
     return bool(_native.amx_available())
 
 

@@ -8,6 +8,9 @@ has no AMX: the option then refuses to build, which the error test checks."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -205,12 +208,53 @@ def test_actors_on_snapshots_while_the_learner_publishes() -> None:
 def test_errors_name_what_was_expected() -> None:
     with pytest.raises(ValueError, match=r"LSTM.matmul must be 'float32' or 'bf16x3', got 'bf16'"):
         LSTM(8, matmul="bf16")
+    with pytest.raises(ValueError, match=r"LSTM.matmul must be 'float32' or 'bf16x3', got 3"):
+        LSTM(8, matmul=3)  # type: ignore[arg-type]
     with pytest.raises(rlpar.ConfigError, match="lstm_matmul: expected 'float32' or 'bf16x3'"):
         NetConfig(lstm=8, lstm_matmul="fp16")
-    if rlpar.amx_available():
-        assert make_net(8, "bf16x3").spec.core.matmul == "bf16x3"
-    else:
-        with pytest.raises(ValueError, match="needs Intel AMX-BF16 tiles"):
-            make_net(8, "bf16x3")
-        with pytest.raises(rlpar.ConfigError, match="needs Intel AMX-BF16 tiles"):
-            NetConfig(lstm=8, lstm_matmul="bf16x3")
+
+
+REFUSED = """
+import pytest, rlpar
+from rlpar import LSTM, Net, NetSpec, Value
+from rlpar.agents.common import NetConfig
+assert not rlpar.amx_available()
+with pytest.raises(ValueError, match=r"needs Intel AMX-BF16 tiles .* RLPAR_DISABLE_AMX is set"):
+    Net(NetSpec((4,), [], [Value()], core=LSTM(8, matmul="bf16x3")))
+with pytest.raises(rlpar.ConfigError, match=r"lstm_matmul: 'bf16x3' needs Intel AMX-BF16 tiles"):
+    NetConfig(lstm=8, lstm_matmul="bf16x3")
+Net(NetSpec((4,), [], [Value()], core=LSTM(8)))  # float32 still builds
+NetConfig(lstm=8)
+print("refused")
+"""
+
+
+@pytest.mark.parametrize("value", ["1", "yes"])
+def test_without_tiles_the_option_is_refused(tmp_path, value: str) -> None:
+    """Where rlpar sees no AMX tiles (here: hidden by RLPAR_DISABLE_AMX, in a child process),
+    the net and the config refuse bf16x3 with the reason, and float32 is unaffected."""
+    env = {**os.environ, "RLPAR_DISABLE_AMX": value}
+    done = subprocess.run(
+        [sys.executable, "-c", REFUSED], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0 and "refused" in done.stdout, done.stderr
+
+
+def test_amx_hidden_only_by_a_set_variable(tmp_path) -> None:
+    """RLPAR_DISABLE_AMX empty or "0" leaves rlpar seeing what the CPU has."""
+
+    def available(value: str | None) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "RLPAR_DISABLE_AMX"}
+        if value is not None:
+            env["RLPAR_DISABLE_AMX"] = value
+        done = subprocess.run(
+            [sys.executable, "-c", "import rlpar; print(rlpar.amx_available())"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    unset = available(None)
+    assert available("") == unset and available("0") == unset
+    assert available("1") == "False"

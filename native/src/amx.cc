@@ -5,6 +5,7 @@
 // header with inline code and instantiates no template, so no function compiled for those ISAs
 // can be merged into another translation unit (the -march trap noted in rlpar's CMakeLists.txt).
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && \
@@ -43,6 +44,9 @@ int64_t packed_b_elems(int64_t k, int64_t n) {
 namespace {
 
 bool detect() {
+  // RLPAR_DISABLE_AMX=1 (anything but empty or "0") hides the tiles from rlpar.
+  const char* off = std::getenv("RLPAR_DISABLE_AMX");
+  if (off != nullptr && *off != '\0' && std::strcmp(off, "0") != 0) return false;
   unsigned a, b, c, d;
   if (__get_cpuid_max(0, nullptr) < 7) return false;
   __cpuid_count(7, 0, a, b, c, d);

@@ -284,7 +284,8 @@ void Net::build_core(const Shape& torso_out) {
   if (spec_.lstm_bf16x3 && !recurrent()) fail("lstm_bf16x3 needs an LSTM core (lstm_hidden > 0)");
   if (spec_.lstm_bf16x3 && !amx::available()) {
     fail("the LSTM's bf16x3 matmul needs Intel AMX-BF16 tiles (Xeon Sapphire Rapids or newer, "
-         "Linux 5.16+), and this CPU or OS has none: use the float32 matmul");
+         "Linux 5.16+), and this CPU or OS has none (or RLPAR_DISABLE_AMX is set): use the "
+         "float32 matmul");
   }
   if (!recurrent()) return;
   if (torso_out.size() != 1) {

@@ -22,7 +22,8 @@
 namespace rlpar::amx {
 
 // True when this CPU has AMX-BF16 and AVX512-BF16 and the OS lets this process use the tiles
-// (asked once, on the first call). Only then may the functions below run.
+// (asked once, on the first call), unless the environment variable RLPAR_DISABLE_AMX is set
+// (to anything but "" or "0"). Only then may the functions below run.
 bool available();
 
 // bfloat16 elements of a packed operand (hi and lo halves together).
