@@ -2,7 +2,7 @@
 // bf16x3 products (rlpar/amx.h; their accuracy is native/tests/test_amx.cc's) compare with its
 // float32 kernels on the LSTM learner's GEMMs? Prints, on one core:
 //   1. the tiles' own rate: dot products on tiles already loaded, and with a tile load per dot
-//      product (a bf16x3 GEMM needs ~10 tile loads per 12 products);
+//      product (a bf16x3 GEMM loads 8 tiles per 12 products);
 //   2. the LSTM learner's GEMM shapes ([T=20, B=256], 256 -> 256 hidden), bf16x3 against
 //      rlpar's float32 kernels, alternating, best of 5, in float32-equivalent GFLOP/s
 //      (2 m n k / time; packing included).

@@ -107,29 +107,41 @@ inline __m512i pair_words(__m256i even, __m256i odd) {
   return _mm512_or_si512(_mm512_maskz_cvtepu16_epi32(0xFFFF, even), widen(odd));
 }
 
+// r[i] <- word i of every r[j] (j = 0..15): a 16 x 16 transpose of 32-bit words, in 4 x 4
+// blocks (unpacks) and then across the 128-bit lanes.
+inline void transpose16(__m512i* r) {
+  __m512i u[4][4];
+  for (int g = 0; g < 4; ++g) {
+    const __m512i* a = r + 4 * g;
+    const __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]), t1 = _mm512_unpackhi_epi32(a[0], a[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]), t3 = _mm512_unpackhi_epi32(a[2], a[3]);
+    u[g][0] = _mm512_unpacklo_epi64(t0, t2);  // lane l: word 4l + 0 of rows 4g..4g+3
+    u[g][1] = _mm512_unpackhi_epi64(t0, t2);
+    u[g][2] = _mm512_unpacklo_epi64(t1, t3);
+    u[g][3] = _mm512_unpackhi_epi64(t1, t3);
+  }
+  for (int c = 0; c < 4; ++c) {  // word 4l + c: lane l of u[0..3][c]
+    const __m512i v0 = _mm512_shuffle_i32x4(u[0][c], u[1][c], 0x44);
+    const __m512i v1 = _mm512_shuffle_i32x4(u[0][c], u[1][c], 0xEE);
+    const __m512i v2 = _mm512_shuffle_i32x4(u[2][c], u[3][c], 0x44);
+    const __m512i v3 = _mm512_shuffle_i32x4(u[2][c], u[3][c], 0xEE);
+    r[c] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
+    r[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+  }
+}
+
 // A tile is 16 rows of 16 words (32-bit pairs of bfloat16 along K). `words[r]` below holds row
 // r; `transpose` writes words[j][r] to row r instead.
-inline void store_tile(uint16_t* hi, uint16_t* lo, const __m512i* wh, const __m512i* wl,
-                       bool transpose) {
-  if (!transpose) {
-    for (int r = 0; r < 16; ++r) {
-      _mm512_storeu_si512(hi + r * kTileK, wh[r]);
-      _mm512_storeu_si512(lo + r * kTileK, wl[r]);
-    }
-    return;
+inline void store_tile(uint16_t* hi, uint16_t* lo, __m512i* wh, __m512i* wl, bool transpose) {
+  if (transpose) {
+    transpose16(wh);
+    transpose16(wl);
   }
-  alignas(64) uint32_t th[16][16], tl[16][16];
-  for (int j = 0; j < 16; ++j) {
-    _mm512_store_si512(th[j], wh[j]);
-    _mm512_store_si512(tl[j], wl[j]);
-  }
-  uint32_t* h32 = reinterpret_cast<uint32_t*>(hi);
-  uint32_t* l32 = reinterpret_cast<uint32_t*>(lo);
   for (int r = 0; r < 16; ++r) {
-    for (int j = 0; j < 16; ++j) {
-      h32[r * 16 + j] = th[j][r];
-      l32[r * 16 + j] = tl[j][r];
-    }
+    _mm512_storeu_si512(hi + r * kTileK, wh[r]);
+    _mm512_storeu_si512(lo + r * kTileK, wl[r]);
   }
 }
 
@@ -169,16 +181,21 @@ void tile_from_cross_lines(uint16_t* hi, uint16_t* lo, const float* line0, int64
   store_tile(hi, lo, wh, wl, transpose);
 }
 
-// Packs an operand of `outer` x K into tiles [outer / 16][K / 32]. `along_k`: element (o, k) is
-// src[o * ld + k]; otherwise src[k * ld + o]. `vnni`: tile rows are K pairs (B), else outer (A).
+// Packs an operand of `outer` x K into K tiles [kt, kt + K / 32) of tiles [outer / 16][kb]
+// (hi tiles, then lo tiles). `along_k`: element (o, k) is src[o * ld + k]; otherwise
+// src[k * ld + o]. `vnni`: tile rows are K pairs (B), else outer (A).
 void pack(uint16_t* dst, const float* src, int64_t outer, int64_t k, int64_t ld, bool along_k,
-          bool vnni) {
-  const int64_t ob = ceil_div(outer, kTileRows), kb = ceil_div(k, kTileK);
+          bool vnni, int64_t kt, int64_t kb) {
+  const int64_t ob = ceil_div(outer, kTileRows), kn = ceil_div(k, kTileK);
   uint16_t* lo_base = dst + ob * kb * kTileElems;
-  for (int64_t o = 0; o < ob; ++o) {
-    for (int64_t t = 0; t < kb; ++t) {
-      uint16_t* hi = dst + (o * kb + t) * kTileElems;
-      uint16_t* lo = lo_base + (o * kb + t) * kTileElems;
+  // Tiles in the source's row order: along its rows first (one pass over each cache line and
+  // page, which a walk down a column at a large row stride is not).
+  const int64_t n0 = along_k ? ob : kn, n1 = along_k ? kn : ob;
+  for (int64_t i0 = 0; i0 < n0; ++i0) {
+    for (int64_t i1 = 0; i1 < n1; ++i1) {
+      const int64_t o = along_k ? i0 : i1, t = along_k ? i1 : i0;
+      uint16_t* hi = dst + (o * kb + kt + t) * kTileElems;
+      uint16_t* lo = lo_base + (o * kb + kt + t) * kTileElems;
       const int64_t o0 = o * kTileRows, k0 = t * kTileK;
       const int64_t outer_n = outer - o0 < kTileRows ? outer - o0 : kTileRows;
       const int64_t k_n = k - k0 < kTileK ? k - k0 : kTileK;
@@ -256,11 +273,21 @@ struct CTile {
 }  // namespace
 
 void pack_a(uint16_t* dst, const float* src, int64_t m, int64_t k, int64_t ld, bool transposed) {
-  pack(dst, src, m, k, ld, !transposed, false);
+  pack(dst, src, m, k, ld, !transposed, false, 0, ceil_div(k, kTileK));
 }
 
 void pack_b(uint16_t* dst, const float* src, int64_t k, int64_t n, int64_t ld, bool transposed) {
-  pack(dst, src, n, k, ld, transposed, true);
+  pack(dst, src, n, k, ld, transposed, true, 0, ceil_div(k, kTileK));
+}
+
+void pack_a_part(uint16_t* dst, const float* src, int64_t m, int64_t k, int64_t ld,
+                 bool transposed, int64_t kt, int64_t kb) {
+  pack(dst, src, m, k, ld, !transposed, false, kt, kb);
+}
+
+void pack_b_part(uint16_t* dst, const float* src, int64_t k, int64_t n, int64_t ld,
+                 bool transposed, int64_t kt, int64_t kb) {
+  pack(dst, src, n, k, ld, transposed, true, kt, kb);
 }
 
 void gemm(float* c, int64_t ldc, const uint16_t* a, const uint16_t* b, int64_t m, int64_t n,
@@ -305,18 +332,17 @@ void gemm(float* c, int64_t ldc, const uint16_t* a, const uint16_t* b, int64_t m
           for (int64_t t = k0; t < k1; ++t) {
             const int64_t a0 = (i * kb + t) * kTileElems, a1 = a0 + kb * kTileElems;
             const int64_t b0 = (j * kb + t) * kTileElems, b1 = b0 + kb * kTileElems;
+            // Each of the 8 operand tiles loaded once: hi lo, then hi hi, then lo hi.
             _tile_loadd(4, a + a0, 64);
             if (two_m) _tile_loadd(5, a + a1, 64);
-            _tile_loadd(6, b + b0, 64);
-            if (two_n) _tile_loadd(7, b + b1, 64);
-            RLPAR_AMX_DOTS(two_m, two_n);  // hi hi
             _tile_loadd(6, b_lo + b0, 64);
             if (two_n) _tile_loadd(7, b_lo + b1, 64);
             RLPAR_AMX_DOTS(two_m, two_n);  // hi lo
-            _tile_loadd(4, a_lo + a0, 64);
-            if (two_m) _tile_loadd(5, a_lo + a1, 64);
             _tile_loadd(6, b + b0, 64);
             if (two_n) _tile_loadd(7, b + b1, 64);
+            RLPAR_AMX_DOTS(two_m, two_n);  // hi hi
+            _tile_loadd(4, a_lo + a0, 64);
+            if (two_m) _tile_loadd(5, a_lo + a1, 64);
             RLPAR_AMX_DOTS(two_m, two_n);  // lo hi
           }
           RLPAR_AMX_STORE_C(0, c00, buf);
@@ -336,6 +362,8 @@ void gemm(float* c, int64_t ldc, const uint16_t* a, const uint16_t* b, int64_t m
 bool available() { return false; }
 void pack_a(uint16_t*, const float*, int64_t, int64_t, int64_t, bool) {}
 void pack_b(uint16_t*, const float*, int64_t, int64_t, int64_t, bool) {}
+void pack_a_part(uint16_t*, const float*, int64_t, int64_t, int64_t, bool, int64_t, int64_t) {}
+void pack_b_part(uint16_t*, const float*, int64_t, int64_t, int64_t, bool, int64_t, int64_t) {}
 void gemm(float*, int64_t, const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t, Start,
           const float*) {}
 

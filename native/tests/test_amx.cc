@@ -1,7 +1,7 @@
 // The bf16x3 AMX products (rlpar/amx.h) against a float64 reference: every layout of A and B,
-// shapes with partial tiles, accumulation into c, rows independent of the call's row count, and
-// several threads at once (bit-identical to one thread; races show under TSan). On a CPU without
-// AMX only the sizes are checked.
+// shapes with partial tiles, operands side by side along K, accumulation into c, rows
+// independent of the call's row count, and several threads at once (bit-identical to one
+// thread; races show under TSan). On a CPU without AMX only the sizes are checked.
 #include "rlpar/amx.h"
 
 #include <cmath>
@@ -109,6 +109,44 @@ void check_threads() {
   for (int t = 0; t < 4; ++t) CHECK(got[t] == want);
 }
 
+// Operands side by side along K (pack_a_part, pack_b_part): [A1 | A2] [B1; B2] = A1 B1 + A2 B2,
+// with each part's K padded to whole tiles (45 and 70 here), in every layout.
+void check_side_by_side(bool ta, bool tb) {
+  const int64_t m = 19, n = 37, k1 = 45, k2 = 70;
+  const int64_t kb = rlpar::amx::k_tiles(k1) + rlpar::amx::k_tiles(k2);
+  const auto a1 = random_vector(m * k1, 21, 1.0f), a2 = random_vector(m * k2, 22, 1.0f);
+  const auto b1 = random_vector(k1 * n, 23, 1.0f), b2 = random_vector(k2 * n, 24, 1.0f);
+  std::vector<uint16_t> pa(rlpar::amx::packed_a_elems(m, 32 * kb), 0xFFFF);
+  std::vector<uint16_t> pb(rlpar::amx::packed_b_elems(32 * kb, n), 0xFFFF);  // all overwritten
+  rlpar::amx::pack_a_part(pa.data(), a1.data(), m, k1, ta ? m : k1, ta, 0, kb);
+  rlpar::amx::pack_a_part(pa.data(), a2.data(), m, k2, ta ? m : k2, ta, rlpar::amx::k_tiles(k1),
+                          kb);
+  rlpar::amx::pack_b_part(pb.data(), b1.data(), k1, n, tb ? k1 : n, tb, 0, kb);
+  rlpar::amx::pack_b_part(pb.data(), b2.data(), k2, n, tb ? k2 : n, tb, rlpar::amx::k_tiles(k1),
+                          kb);
+  std::vector<float> c(m * n);
+  rlpar::amx::gemm(c.data(), n, pa.data(), pb.data(), m, n, 32 * kb, Start::kOverwrite);
+  double worst = 0.0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0.0, mag = 0.0;
+      for (int part = 0; part < 2; ++part) {
+        const int64_t k = part == 0 ? k1 : k2;
+        const std::vector<float>& a = part == 0 ? a1 : a2;
+        const std::vector<float>& b = part == 0 ? b1 : b2;
+        for (int64_t p = 0; p < k; ++p) {
+          const double x = ta ? a[p * m + i] : a[i * k + p];
+          const double y = tb ? b[j * k + p] : b[p * n + j];
+          ref += x * y;
+          mag += std::fabs(x * y);
+        }
+      }
+      worst = std::fmax(worst, std::fabs(c[i * n + j] - ref) / mag);
+    }
+  }
+  CHECK(worst < 4e-5);
+}
+
 }  // namespace
 
 int main() {
@@ -116,6 +154,7 @@ int main() {
   CHECK(rlpar::amx::packed_a_elems(16, 32) == 2 * 512);
   CHECK(rlpar::amx::packed_a_elems(17, 33) == 2 * 4 * 512);
   CHECK(rlpar::amx::packed_b_elems(33, 17) == 2 * 4 * 512);
+  CHECK(rlpar::amx::k_tiles(0) == 0 && rlpar::amx::k_tiles(32) == 1 && rlpar::amx::k_tiles(33) == 2);
   if (!rlpar::amx::available()) {
     std::printf("test_amx: this CPU or OS has no AMX-BF16 tiles; products not checked\n");
     return rlpar_test::finish("test_amx");
@@ -134,6 +173,9 @@ int main() {
         }
       }
     }
+  }
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) check_side_by_side(ta, tb);
   }
   check_row_independence();
   check_threads();

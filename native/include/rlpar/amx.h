@@ -26,6 +26,9 @@ namespace rlpar::amx {
 // (to anything but "" or "0"). Only then may the functions below run.
 bool available();
 
+// K tiles of an operand with k along K.
+inline int64_t k_tiles(int64_t k) { return (k + 31) / 32; }
+
 // bfloat16 elements of a packed operand (hi and lo halves together).
 int64_t packed_a_elems(int64_t m, int64_t k);  // A: [M, K]
 int64_t packed_b_elems(int64_t k, int64_t n);  // B: [K, N]
@@ -34,6 +37,15 @@ int64_t packed_b_elems(int64_t k, int64_t n);  // B: [K, N]
 void pack_a(uint16_t* dst, const float* src, int64_t m, int64_t k, int64_t ld, bool transposed);
 // Packs B [K, N]: B[k][n] = src[k * ld + n], or src[n * ld + k] when `transposed`.
 void pack_b(uint16_t* dst, const float* src, int64_t k, int64_t n, int64_t ld, bool transposed);
+
+// Operands side by side along K (A = [A1 | A2], B = [B1; B2]): each part packed into its own K
+// tiles [kt, kt + ceil(k / 32)) of an operand kb K tiles wide (packed_a_elems(m, 32 kb) or
+// packed_b_elems(32 kb, n) elements), zeros padding each part to whole tiles; gemm then takes
+// k = 32 kb. pack_a and pack_b are these with kt = 0 and kb = ceil(k / 32).
+void pack_a_part(uint16_t* dst, const float* src, int64_t m, int64_t k, int64_t ld,
+                 bool transposed, int64_t kt, int64_t kb);
+void pack_b_part(uint16_t* dst, const float* src, int64_t k, int64_t n, int64_t ld,
+                 bool transposed, int64_t kt, int64_t kb);
 
 // How gemm starts each output: c += A B, c = A B, or c = bias + A B (bias [N], every row).
 enum class Start { kAccumulate, kOverwrite, kBias };
