@@ -151,48 +151,61 @@ void cell_backward(const float* a_in, const float* cp, const float* tc_in, const
 }
 #endif
 
+// The bf16x3 backward's B scratch: Wh^T [4H, H] and Wx^T [4H, in] packed once, then dG [T N, 4H]
+// packed step by step (elements from amx.b).
+struct AmxBackLayout {
+  int64_t wxt, dg;
+  explicit AmxBackLayout(const LstmDims& d)
+      : wxt(amx::packed_b_elems(4 * d.hidden, d.hidden)),
+        dg(wxt + amx::packed_b_elems(4 * d.hidden, d.in)) {}
+};
+
 }  // namespace
 
 int64_t amx_a_elems(const LstmDims& d) {
   const int64_t R = d.rows(), N = d.seqs, H = d.hidden, G = 4 * d.hidden;
-  const int64_t sizes[] = {amx::packed_a_elems(R, d.in), amx::packed_a_elems(N, H),
-                           amx::packed_a_elems(N, G),    amx::packed_a_elems(d.in, R),
-                           amx::packed_a_elems(H, R),    amx::packed_a_elems(R, G)};
+  const int64_t sizes[] = {amx::packed_a_elems(N, 32 * packed_weight_tiles(d.in, H)),
+                           amx::packed_a_elems(N, G), amx::packed_a_elems(d.in, R),
+                           amx::packed_a_elems(H, R)};
   return *std::max_element(std::begin(sizes), std::end(sizes));
 }
 
 int64_t amx_b_elems(const LstmDims& d) {
-  const int64_t R = d.rows(), H = d.hidden, G = 4 * d.hidden;
-  const int64_t sizes[] = {amx::packed_b_elems(d.in, G), amx::packed_b_elems(H, G),
-                           amx::packed_b_elems(G, H), amx::packed_b_elems(R, G),
-                           amx::packed_b_elems(G, d.in)};
-  return *std::max_element(std::begin(sizes), std::end(sizes));
+  const int64_t back = AmxBackLayout(d).dg + amx::packed_b_elems(d.rows(), 4 * d.hidden);
+  return std::max(packed_weight_elems(d.in, d.hidden), back);
+}
+
+int64_t packed_weight_tiles(int64_t in, int64_t hidden) {
+  return amx::k_tiles(in) + amx::k_tiles(hidden);
+}
+
+int64_t packed_weight_elems(int64_t in, int64_t hidden) {
+  return amx::packed_b_elems(32 * packed_weight_tiles(in, hidden), 4 * hidden);
+}
+
+void pack_weights(uint16_t* dst, const float* wx, const float* wh, int64_t in, int64_t hidden) {
+  const int64_t G = 4 * hidden, kw = packed_weight_tiles(in, hidden);
+  amx::pack_b_part(dst, wx, in, G, G, false, 0, kw);
+  amx::pack_b_part(dst, wh, hidden, G, G, false, amx::k_tiles(in), kw);
 }
 
 void forward(const LstmDims& d, const float* x, const float* wx, const float* wh, const float* b,
              const float* state0, const uint8_t* resets, float* h, const LstmTape& tape,
              float* state_out, const AmxScratch& amx) {
   const int64_t N = d.seqs, H = d.hidden, G = 4 * H;
-  // Input projections of every step in one GEMM: gates = x Wx + b, then + h Wh step by step.
-  // The linear kernels read the weights in place (no packed copy per call, which dominated an
-  // actor's one-step call) and sum each row in a fixed order whatever the number of rows.
-  // bf16x3: gates = b + x Wx, Wx and Wh packed once for every step (or by the caller).
-  const uint16_t* wh_tiles = amx.wh;
-  if (amx.a != nullptr) {
-    const uint16_t* wx_tiles = amx.wx;
-    if (wx_tiles == nullptr) {
-      amx::pack_b(amx.b, wx, d.in, G, G, false);
-      wx_tiles = amx.b;
-    }
-    amx::pack_a(amx.a, x, d.rows(), d.in, d.in, false);
-    amx::gemm(tape.gates, G, amx.a, wx_tiles, d.rows(), G, d.in, amx::Start::kBias, b);
-    if (wh_tiles == nullptr) {
-      amx::pack_b(amx.b, wh, H, G, G, false);
-      wh_tiles = amx.b;
-    }
-  } else {
-    layers::linear_forward(tape.gates, x, wx, b, d.rows(), d.in, G, false);
+  // float32: the input projections of every step in one GEMM, gates = x Wx + b, then + h Wh
+  // step by step. The linear kernels read the weights in place (no packed copy per call, which
+  // dominated an actor's one-step call) and sum each row in a fixed order whatever the number of
+  // rows.
+  // bf16x3: one product per step, gates = b + [x_t | h] [Wx; Wh], the weights packed once for
+  // every step (or by the caller): the step's gates stay in cache from the product to the cell.
+  const int64_t kx = amx::k_tiles(d.in), kw = packed_weight_tiles(d.in, H);
+  const uint16_t* w_tiles = amx.w;
+  if (amx.a != nullptr && w_tiles == nullptr) {
+    pack_weights(amx.b, wx, wh, d.in, H);
+    w_tiles = amx.b;
   }
+  if (amx.a == nullptr) layers::linear_forward(tape.gates, x, wx, b, d.rows(), d.in, G, false);
   for (int64_t t = 0; t < d.steps; ++t) {
     const int64_t r0 = t * N;
     float* hp = tape.h_prev + r0 * H;
@@ -209,8 +222,9 @@ void forward(const LstmDims& d, const float* x, const float* wx, const float* wh
     }
     float* a = tape.gates + r0 * G;
     if (amx.a != nullptr) {
-      amx::pack_a(amx.a, hp, N, H, H, false);
-      amx::gemm(a, G, amx.a, wh_tiles, N, G, H);
+      amx::pack_a_part(amx.a, x + r0 * d.in, N, d.in, d.in, false, 0, kw);
+      amx::pack_a_part(amx.a, hp, N, H, H, false, kx, kw);
+      amx::gemm(a, G, amx.a, w_tiles, N, G, 32 * kw, amx::Start::kBias, b);
     } else {
       layers::linear_forward_add(a, hp, wh, N, H, G);
     }
@@ -224,57 +238,103 @@ void forward(const LstmDims& d, const float* x, const float* wx, const float* wh
   }
 }
 
+int64_t backward_dgates_floats(const LstmDims& d, bool amx) {
+  return (amx ? std::min(d.seqs + 31, d.rows()) : d.rows()) * 4 * d.hidden;
+}
+
 int64_t backward_panel_floats(const LstmDims& d) {
   return layers::linear_dx_panel_floats(d.hidden, 4 * d.hidden);
 }
+
+namespace {
+
+// bf16x3 backward through time. Each step's gate gradients are used while in cache: packed for
+// the step's recurrent gradient (and dx's rows, sharing that packed operand), summed into db,
+// and packed into dG's K tiles (those all of whose rows are done) for the weight gradients,
+// which run once at the end over all T N rows. So dG never exists whole: `dgates` holds the
+// step's rows, after them the rows of later steps whose K tile is not packed yet (< 32).
+void backward_amx(const LstmDims& d, const float* x, const float* wx, const float* wh,
+                  const uint8_t* resets, const LstmTape& tape, const float* dh, float* dgates,
+                  float* dstate, float* dx, float* dwx, float* dwh, float* db,
+                  const AmxScratch& amx) {
+  const int64_t N = d.seqs, H = d.hidden, G = 4 * H, R = d.rows();
+  const AmxBackLayout lay(d);
+  uint16_t* wht = amx.b;            // Wh^T [4H, H]
+  uint16_t* wxt = amx.b + lay.wxt;  // Wx^T [4H, in]
+  uint16_t* dg = amx.b + lay.dg;    // dG [T N, 4H]
+  const int64_t kr = amx::k_tiles(R);
+  if (d.steps >= 2) amx::pack_b(wht, wh, G, H, G, true);
+  if (dx != nullptr) amx::pack_b(wxt, wx, G, d.in, G, true);
+  float* dc_next = dstate;          // [N, H]: gradient w.r.t. c_t arriving from step t + 1
+  float* dh_prev = dstate + N * H;  // [N, H]: gradient w.r.t. h_t arriving from step t + 1
+  std::memset(dc_next, 0, sizeof(float) * N * H);
+  int64_t packed_from = kr;  // dG's K tiles [packed_from, kr) are packed
+  int64_t left = 0;          // rows of later steps not packed yet, at the start of dgates
+  for (int64_t t = d.steps; t-- > 0;) {
+    const int64_t r0 = t * N;
+    float* da = dgates;  // rows [r0, r0 + N), then the `left` rows after them
+    std::memmove(dgates + N * G, dgates, sizeof(float) * left * G);
+    cell_backward(tape.gates + r0 * G, tape.c_prev + r0 * H, tape.tanh_c + r0 * H, dh + r0 * H,
+                  t + 1 < d.steps ? dh_prev : nullptr, dc_next, da, N, H);
+    layers::add_column_sums(db, da, N, G, G);
+    const int64_t first = (r0 + 31) / 32;  // K tiles whose rows are all done
+    if (first < packed_from) {
+      const int64_t k0 = first * 32, k1 = std::min(packed_from * 32, R);
+      amx::pack_b_part(dg, dgates + (k0 - r0) * G, k1 - k0, G, G, false, first, kr);
+      packed_from = first;
+    }
+    left = std::min(first * 32, R) - r0;
+    if (t > 0 || dx != nullptr) amx::pack_a(amx.a, da, N, G, G, false);
+    if (dx != nullptr) {
+      amx::gemm(dx + r0 * d.in, d.in, amx.a, wxt, N, d.in, G, amx::Start::kOverwrite);
+    }
+    if (t == 0) break;  // truncated: nothing flows into the initial state
+    // Into step t - 1, except where step t started from zeros.
+    amx::gemm(dh_prev, H, amx.a, wht, N, H, G, amx::Start::kOverwrite);
+    if (resets != nullptr) {
+      zero_reset_rows(dc_next, resets + r0, N, H);
+      zero_reset_rows(dh_prev, resets + r0, N, H);
+    }
+  }
+  amx::pack_a(amx.a, x, d.in, R, d.in, true);
+  amx::gemm(dwx, G, amx.a, dg, d.in, G, R);
+  amx::pack_a(amx.a, tape.h_prev, H, R, H, true);
+  amx::gemm(dwh, G, amx.a, dg, H, G, R);
+}
+
+}  // namespace
 
 void backward(const LstmDims& d, const float* x, const float* wx, const float* wh,
               const uint8_t* resets, const LstmTape& tape, const float* dh, float* dgates,
               float* dstate, float* wh_panels, float* dx, float* dwx, float* dwh, float* db,
               const AmxScratch& amx) {
+  if (amx.a != nullptr) {
+    backward_amx(d, x, wx, wh, resets, tape, dh, dgates, dstate, dx, dwx, dwh, db, amx);
+    return;
+  }
   const int64_t N = d.seqs, H = d.hidden, G = 4 * H;
   float* dc_next = dstate;  // [N, H]: gradient w.r.t. c_t arriving from step t + 1
   std::memset(dc_next, 0, sizeof(float) * N * H);
   // Every step's recurrent gradient reads Wh's transposed panels: laid out once, here, instead
   // of once per step (rlpar's data-gradient kernel; measured against Eigen's GEMM at [256, 1024]
   // x [1024, 256], 20 steps, in one process: 20-25 ms against 28-32).
-  if (d.steps < 2 || amx.a != nullptr) wh_panels = nullptr;  // no recurrent gradient, or AMX's
+  if (d.steps < 2) wh_panels = nullptr;  // no recurrent gradient
   if (wh_panels != nullptr) layers::pack_linear_dx_panels(wh_panels, wh, H, G, 0, 1);
-  if (amx.a != nullptr && d.steps >= 2) amx::pack_b(amx.b, wh, G, H, G, true);  // Wh^T [4H, H]
   float* dh_prev = dstate + N * H;  // [N, H]: gradient w.r.t. h_t arriving from step t + 1
   for (int64_t t = d.steps; t-- > 0;) {
     const int64_t r0 = t * N;
-    float* a = tape.gates + r0 * G;
     float* da = dgates + r0 * G;
-    cell_backward(a, tape.c_prev + r0 * H, tape.tanh_c + r0 * H, dh + r0 * H,
+    cell_backward(tape.gates + r0 * G, tape.c_prev + r0 * H, tape.tanh_c + r0 * H, dh + r0 * H,
                   t + 1 < d.steps ? dh_prev : nullptr, dc_next, da, N, H);
     if (t == 0) break;  // truncated: nothing flows into the initial state
     // Into step t - 1, except where step t started from zeros.
-    if (amx.a != nullptr) {
-      amx::pack_a(amx.a, da, N, G, G, false);
-      amx::gemm(dh_prev, H, amx.a, amx.b, N, H, G, amx::Start::kOverwrite);
-    } else {
-      layers::linear_data_grad(dh_prev, da, wh, N, H, G, wh_panels);
-    }
+    layers::linear_data_grad(dh_prev, da, wh, N, H, G, wh_panels);
     if (resets != nullptr) {
       zero_reset_rows(dc_next, resets + r0, N, H);
       zero_reset_rows(dh_prev, resets + r0, N, H);
     }
   }
   const int64_t R = d.rows();
-  if (amx.a != nullptr) {  // dG packed once for both weight gradients
-    amx::pack_b(amx.b, dgates, R, G, G, false);
-    amx::pack_a(amx.a, x, d.in, R, d.in, true);
-    amx::gemm(dwx, G, amx.a, amx.b, d.in, G, R);
-    amx::pack_a(amx.a, tape.h_prev, H, R, H, true);
-    amx::gemm(dwh, G, amx.a, amx.b, H, G, R);
-    layers::add_column_sums(db, dgates, R, G, G);
-    if (dx == nullptr) return;
-    amx::pack_a(amx.a, dgates, R, G, G, false);
-    amx::pack_b(amx.b, wx, G, d.in, G, true);
-    amx::gemm(dx, d.in, amx.a, amx.b, R, d.in, G, amx::Start::kOverwrite);
-    return;
-  }
   ConstMatMap DA(dgates, R, G);
   MatMap(dwx, d.in, G).noalias() += ConstMatMap(x, R, d.in).transpose() * DA;
   MatMap(dwh, H, G).noalias() += ConstMatMap(tape.h_prev, R, H).transpose() * DA;

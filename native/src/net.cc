@@ -601,12 +601,10 @@ void Net::torso_rows(const float* params, const void* input, Workspace& ws, int6
 
 std::shared_ptr<const PackedCore> Net::pack_core(const float* params) const {
   if (!spec_.lstm_bf16x3) fail("pack_core: the net's LSTM does not use bf16x3 products");
-  const int64_t h = spec_.lstm_hidden, g = 4 * h;
+  const int64_t h = spec_.lstm_hidden;
   auto packed = std::make_shared<PackedCore>();
-  packed->wx.resize(static_cast<size_t>(amx::packed_b_elems(core_in_, g)));
-  packed->wh.resize(static_cast<size_t>(amx::packed_b_elems(h, g)));
-  amx::pack_b(packed->wx.data(), params + core_wx_, core_in_, g, g, false);
-  amx::pack_b(packed->wh.data(), params + core_wh_, h, g, g, false);
+  packed->w.resize(static_cast<size_t>(lstm::packed_weight_elems(core_in_, h)));
+  lstm::pack_weights(packed->w.data(), params + core_wx_, params + core_wh_, core_in_, h);
   return packed;
 }
 
@@ -656,10 +654,7 @@ void Net::run_core(const float* params, const SeqArgs& seq, Workspace& ws) const
   }
   float* out_h = ws.get(core_slot(kCoreH), rows * h);
   lstm::AmxScratch amx = core_amx(d, ws, seq.packed_core != nullptr);
-  if (amx.a != nullptr && seq.packed_core != nullptr) {
-    amx.wx = seq.packed_core->wx.data();
-    amx.wh = seq.packed_core->wh.data();
-  }
+  if (amx.a != nullptr && seq.packed_core != nullptr) amx.w = seq.packed_core->w.data();
   lstm::forward(d, ws.act[layers_.size()], params + core_wx_, params + core_wh_, params + core_b_,
                 seq.state0, ws.resets, out_h, tape, seq.state_out, amx);
   ws.feat = out_h;
@@ -759,9 +754,10 @@ const float* Net::core_backward(const float* params, float* dh, float* grad, flo
                             ws.get(core_slot(kCoreCPrev), rows * h),
                             ws.get(core_slot(kCoreC), rows * h),
                             ws.get(core_slot(kCoreTanhC), rows * h)};
-  float* dgates = ws.get(core_slot(kCoreDGates), rows * 4 * h);
-  float* dstate = ws.get(core_slot(kCoreDState), seqs * 2 * h);
   const lstm::AmxScratch amx = core_amx(d, ws, false);
+  float* dgates =
+      ws.get(core_slot(kCoreDGates), lstm::backward_dgates_floats(d, amx.a != nullptr));
+  float* dstate = ws.get(core_slot(kCoreDState), seqs * 2 * h);
   const int64_t panel_floats = amx.a != nullptr ? 0 : lstm::backward_panel_floats(d);
   float* panels = panel_floats > 0 ? ws.get(core_slot(kDxPanels), panel_floats) : nullptr;
   lstm::backward(d, ws.act[layers_.size()], params + core_wx_, params + core_wh_, ws.resets, tape,

@@ -40,16 +40,20 @@ struct LstmTape {
 
 // Scratch for bf16x3 products on AMX tiles (rlpar/amx.h) instead of float32 ones: the packed
 // operands, amx_a_elems(d) and amx_b_elems(d) bfloat16 elements. Null `a`: float32 products.
-// forward may take Wx and Wh already packed (amx::pack_b, [in, 4H] and [H, 4H]) in `wx` and
-// `wh`; `b` is then not needed.
+// forward may take the weights already packed (pack_weights) in `w`; `b` is then not needed.
 struct AmxScratch {
   uint16_t* a = nullptr;
   uint16_t* b = nullptr;
-  const uint16_t* wx = nullptr;
-  const uint16_t* wh = nullptr;
+  const uint16_t* w = nullptr;
 };
 int64_t amx_a_elems(const LstmDims& d);
 int64_t amx_b_elems(const LstmDims& d);
+
+// The bf16x3 forward's B operand: [Wx; Wh] ([in + H, 4H], each part padded to whole K tiles),
+// packed_weight_elems(in, H) bfloat16 elements, packed_weight_tiles(in, H) K tiles.
+int64_t packed_weight_tiles(int64_t in, int64_t hidden);
+int64_t packed_weight_elems(int64_t in, int64_t hidden);
+void pack_weights(uint16_t* dst, const float* wx, const float* wh, int64_t in, int64_t hidden);
 
 // x: [T N, in]; state0: [N, 2H] or null for zeros; resets: [T, N] bytes (0/1) or null for none.
 // Writes h: [T N, H] (the outputs, which are also the next step's h), the tape, and, when not
@@ -58,14 +62,16 @@ void forward(const LstmDims& d, const float* x, const float* wx, const float* wh
              const float* state0, const uint8_t* resets, float* h, const LstmTape& tape,
              float* state_out, const AmxScratch& amx = {});
 
-// dh: [T N, H] gradient w.r.t. the outputs h. `dgates` is scratch [T N, 4H], `dstate` scratch
-// [N, 2H], `wh_panels` scratch of backward_panel_floats(d) floats (nullptr when that is 0, or
-// with `amx`).
+// dh: [T N, H] gradient w.r.t. the outputs h. `dgates` is scratch of
+// backward_dgates_floats(d, amx.a != nullptr) floats ([T N, 4H]; with `amx` only the rows of
+// about one step), `dstate` scratch [N, 2H], `wh_panels` scratch of backward_panel_floats(d)
+// floats (nullptr when that is 0, or with `amx`).
 // Adds dWx, dWh, db into dwx, dwh, db and writes dx [T N, in] (nullable).
 void backward(const LstmDims& d, const float* x, const float* wx, const float* wh,
               const uint8_t* resets, const LstmTape& tape, const float* dh, float* dgates,
               float* dstate, float* wh_panels, float* dx, float* dwx, float* dwh, float* db,
               const AmxScratch& amx = {});
+int64_t backward_dgates_floats(const LstmDims& d, bool amx);
 // Floats of backward's `wh_panels`: Wh laid out once for every step's recurrent gradient.
 int64_t backward_panel_floats(const LstmDims& d);
 

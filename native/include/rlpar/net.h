@@ -117,7 +117,7 @@ struct NetSpec {
 // The LSTM core's weights of one params vector, packed for spec.lstm_bf16x3 (Net::pack_core):
 // an actor packs them once per snapshot instead of on every step.
 struct PackedCore {
-  std::vector<uint16_t> wx, wh;
+  std::vector<uint16_t> w;  // [Wx; Wh] (lstm::pack_weights)
 };
 
 // One call's sequence layout. Rows of the input and output are time-major: row t * seqs + n.
