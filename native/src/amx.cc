@@ -83,28 +83,36 @@ inline __m512i widen(__m256i h) {
   return _mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16);
 }
 
-// 16 float32 at src (the first `n` of them, zeros after) -> 16 bfloat16 hi halves and the
-// float32 remainders x - hi.
-inline __m256i split16(const float* src, int64_t n, __m512* rest) {
+// The 16 float32 at src, the first `n` of them (zeros after).
+inline __m512 load16(const float* src, int64_t n) {
   const __mmask16 m =
       n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
-  const __m512 x = _mm512_maskz_loadu_ps(m, src);
-  const __m256i h = (__m256i)_mm512_cvtneps_pbh(x);
-  const __m512 back = _mm512_castsi512_ps(widen(h));
-  *rest = _mm512_sub_ps(x, back);
-  return h;
+  return _mm512_maskz_loadu_ps(m, src);
 }
 
-inline __m256i to_bf16(__m512 x) { return (__m256i)_mm512_cvtneps_pbh(x); }
+// 32 bfloat16 [bf16(x0) | bf16(x1)], rounded to nearest even.
+inline __m512i to_bf16(__m512 x0, __m512 x1) { return (__m512i)_mm512_cvtne2ps_pbh(x1, x0); }
 
-// [low, high] as one vector.
-inline __m512i join(__m256i low, __m256i high) {
-  return _mm512_mask_broadcast_i64x4(_mm512_maskz_broadcast_i64x4(0x0F, low), 0xF0, high);
+// x0 and x1 as the hi and lo halves of K-ordered tile rows: 32 bfloat16 [x0 | x1] each.
+inline void split_k(__m512 x0, __m512 x1, __m512i* hi, __m512i* lo) {
+  *hi = to_bf16(x0, x1);
+  const __m512 h0 = _mm512_castsi512_ps(widen(_mm512_maskz_extracti64x4_epi64(0xFF, *hi, 0)));
+  const __m512 h1 = _mm512_castsi512_ps(widen(_mm512_maskz_extracti64x4_epi64(0xFF, *hi, 1)));
+  *lo = to_bf16(_mm512_sub_ps(x0, h0), _mm512_sub_ps(x1, h1));
 }
 
-// Two bfloat16 vectors -> 16 words whose low half is from `even` and high half from `odd`.
-inline __m512i pair_words(__m256i even, __m256i odd) {
-  return _mm512_or_si512(_mm512_maskz_cvtepu16_epi32(0xFFFF, even), widen(odd));
+// x0 and x1 (K values 2j and 2j + 1 of 16 columns) as the hi and lo halves of a VNNI tile row:
+// word o pairs x0[o] (low half) with x1[o].
+inline void split_pairs(__m512 x0, __m512 x1, __m512i* hi, __m512i* lo) {
+  const __m512i pairs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                         24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                         16, 0);
+  const __mmask32 all = ~__mmask32(0);
+  *hi = _mm512_maskz_permutexvar_epi16(all, pairs, to_bf16(x0, x1));
+  const __m512 h0 = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, *hi, 16));
+  const __m512 h1 = _mm512_castsi512_ps(_mm512_and_si512(*hi, _mm512_set1_epi32(~0xFFFF)));
+  const __m512i rest = to_bf16(_mm512_sub_ps(x0, h0), _mm512_sub_ps(x1, h1));
+  *lo = _mm512_maskz_permutexvar_epi16(all, pairs, rest);
 }
 
 // r[i] <- word i of every r[j] (j = 0..15): a 16 x 16 transpose of 32-bit words, in 4 x 4
@@ -113,22 +121,24 @@ inline void transpose16(__m512i* r) {
   __m512i u[4][4];
   for (int g = 0; g < 4; ++g) {
     const __m512i* a = r + 4 * g;
-    const __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]), t1 = _mm512_unpackhi_epi32(a[0], a[1]);
-    const __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]), t3 = _mm512_unpackhi_epi32(a[2], a[3]);
-    u[g][0] = _mm512_unpacklo_epi64(t0, t2);  // lane l: word 4l + 0 of rows 4g..4g+3
-    u[g][1] = _mm512_unpackhi_epi64(t0, t2);
-    u[g][2] = _mm512_unpacklo_epi64(t1, t3);
-    u[g][3] = _mm512_unpackhi_epi64(t1, t3);
+    const __m512i t0 = _mm512_maskz_unpacklo_epi32(0xFFFF, a[0], a[1]);
+    const __m512i t1 = _mm512_maskz_unpackhi_epi32(0xFFFF, a[0], a[1]);
+    const __m512i t2 = _mm512_maskz_unpacklo_epi32(0xFFFF, a[2], a[3]);
+    const __m512i t3 = _mm512_maskz_unpackhi_epi32(0xFFFF, a[2], a[3]);
+    u[g][0] = _mm512_maskz_unpacklo_epi64(0xFF, t0, t2);  // lane l: word 4l + 0 of rows 4g..4g+3
+    u[g][1] = _mm512_maskz_unpackhi_epi64(0xFF, t0, t2);
+    u[g][2] = _mm512_maskz_unpacklo_epi64(0xFF, t1, t3);
+    u[g][3] = _mm512_maskz_unpackhi_epi64(0xFF, t1, t3);
   }
   for (int c = 0; c < 4; ++c) {  // word 4l + c: lane l of u[0..3][c]
-    const __m512i v0 = _mm512_shuffle_i32x4(u[0][c], u[1][c], 0x44);
-    const __m512i v1 = _mm512_shuffle_i32x4(u[0][c], u[1][c], 0xEE);
-    const __m512i v2 = _mm512_shuffle_i32x4(u[2][c], u[3][c], 0x44);
-    const __m512i v3 = _mm512_shuffle_i32x4(u[2][c], u[3][c], 0xEE);
-    r[c] = _mm512_shuffle_i32x4(v0, v2, 0x88);
-    r[4 + c] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
-    r[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0x88);
-    r[12 + c] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+    const __m512i v0 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[0][c], u[1][c], 0x44);
+    const __m512i v1 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[0][c], u[1][c], 0xEE);
+    const __m512i v2 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[2][c], u[3][c], 0x44);
+    const __m512i v3 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[2][c], u[3][c], 0xEE);
+    r[c] = _mm512_maskz_shuffle_i32x4(0xFFFF, v0, v2, 0x88);
+    r[4 + c] = _mm512_maskz_shuffle_i32x4(0xFFFF, v0, v2, 0xDD);
+    r[8 + c] = _mm512_maskz_shuffle_i32x4(0xFFFF, v1, v3, 0x88);
+    r[12 + c] = _mm512_maskz_shuffle_i32x4(0xFFFF, v1, v3, 0xDD);
   }
 }
 
@@ -155,12 +165,7 @@ void tile_from_k_lines(uint16_t* hi, uint16_t* lo, const float* line0, int64_t l
       wh[i] = wl[i] = _mm512_setzero_si512();
       continue;
     }
-    __m512 r0, r1;
-    const __m256i h0 = split16(line0 + i * ld, len, &r0);
-    const __m256i h1 = split16(line0 + i * ld + 16, len - 16, &r1);
-    // Words: bf16 pairs of consecutive K values, i.e. the 32 halves in K order.
-    wh[i] = join(h0, h1);
-    wl[i] = join(to_bf16(r0), to_bf16(r1));
+    split_k(load16(line0 + i * ld, len), load16(line0 + i * ld + 16, len - 16), &wh[i], &wl[i]);
   }
   store_tile(hi, lo, wh, wl, transpose);
 }
@@ -171,12 +176,9 @@ void tile_from_cross_lines(uint16_t* hi, uint16_t* lo, const float* line0, int64
                            int64_t lines, int64_t width, bool transpose) {
   __m512i wh[16], wl[16];
   for (int64_t j = 0; j < 16; ++j) {
-    __m512 r0, r1;
     const int64_t k0 = 2 * j, k1 = 2 * j + 1;
-    const __m256i h0 = split16(line0 + k0 * ld, k0 < lines ? width : 0, &r0);
-    const __m256i h1 = split16(line0 + k1 * ld, k1 < lines ? width : 0, &r1);
-    wh[j] = pair_words(h0, h1);
-    wl[j] = pair_words(to_bf16(r0), to_bf16(r1));
+    split_pairs(load16(line0 + k0 * ld, k0 < lines ? width : 0),
+                load16(line0 + k1 * ld, k1 < lines ? width : 0), &wh[j], &wl[j]);
   }
   store_tile(hi, lo, wh, wl, transpose);
 }
