@@ -35,8 +35,8 @@ class NetConfig:
     lstm_matmul: str = "float32"
     """The LSTM's products, the actors' and the learner's: "float32", or "bf16x3" on Intel AMX
     tiles (each float32 split into two bfloat16 halves, three products summed in float32: ~1e-5
-    relative error per product instead of ~6e-8; for a 256-unit core 1.6-2x faster learner steps
-    and 1.7-1.8x faster actor steps where the CPU has AMX; refused where it has not, or with
+    relative error per product instead of ~6e-8; for a 256-unit core 1.5-2.2x faster learner steps
+    and 1.6-1.9x faster actor steps where the CPU has AMX; refused where it has not, or with
     RLPAR_DISABLE_AMX=1)."""
 
     def __post_init__(self) -> None:
