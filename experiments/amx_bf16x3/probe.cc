@@ -5,7 +5,8 @@
 //      product (a bf16x3 GEMM loads 8 tiles per 12 products);
 //   2. the LSTM learner's GEMM shapes ([T=20, B=256], 256 -> 256 hidden), bf16x3 against
 //      rlpar's float32 kernels, alternating, best of 5, in float32-equivalent GFLOP/s
-//      (2 m n k / time; packing included).
+//      (2 m n k / time; packing included). float32's forward runs X Wx once and h Wh per step;
+//      bf16x3's one product per step over [x_t | h] (lstm.cc), timed here on that shape.
 // Build and run from the repository root (needs g++ >= 12 and the dev install's cmeel-eigen):
 //   bash experiments/amx_bf16x3/run.sh
 #include <immintrin.h>
@@ -140,6 +141,7 @@ int main() {
   const Gemm gemms[] = {
       {"gates = X Wx (forward, once)", {5120, 1024, 256, false, false}, 1},
       {"gates += h Wh (forward, x20)", {256, 1024, 256, false, false}, 20},
+      {"gates = [x|h] [Wx;Wh] (fwd, x20)", {256, 1024, 512, false, false}, 20},
       {"dh = dG Wh^T (backward, x20)", {256, 256, 1024, false, true}, 20},
       {"dWx += X^T dG (backward, once)", {256, 1024, 5120, true, false}, 1},
   };
