@@ -30,6 +30,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv, VectorEnv
 
 from rlpar.config import EnvConfig
+from rlpar.runtime.env_setup import run_setup
 
 __all__ = [
     "AleEnvs",
@@ -169,8 +170,6 @@ class _EnvGroup(gym.Env):
 def _make_group(
     spec: gym.envs.registration.EnvSpec, kwargs: dict, k: int, first: int, setup: str | None
 ) -> _EnvGroup:
-    from rlpar.runtime.envs import run_setup
-
     if spec.id not in gym.registry:  # a fresh worker process: run what registers the env
         run_setup(setup)
     return _EnvGroup(spec, kwargs, k, first)

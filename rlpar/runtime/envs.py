@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable
 
@@ -19,6 +18,7 @@ from rlpar.runtime.env_modes import (
     SplitEnvs,
     takes_env_seeds,
 )
+from rlpar.runtime.env_setup import run_setup
 
 __all__ = ["ActionAdapter", "env_seeds", "explain_env_error", "make_actor_envs"]
 
@@ -35,22 +35,6 @@ def env_seeds(envs: VectorEnv, seed: int, actor: int, generation: int = 0) -> in
     if takes_env_seeds(envs):
         return [draw(k) for k in range(envs.num_envs)]
     return draw(1 << 30)
-
-
-def run_setup(setup: str | None) -> None:
-    """Import "module" or call "module:function" (what `EnvConfig.setup` names)."""
-    if not setup:
-        return
-    module_name, _, function = setup.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(f"env.setup: cannot import {module_name!r} ({e})") from e
-    if function:
-        fn = getattr(module, function, None)
-        if not callable(fn):
-            raise ValueError(f"env.setup: {module_name!r} has no function {function!r}")
-        fn()
 
 
 def make_actor_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:

@@ -62,7 +62,8 @@ from rlpar.data import ARRAY_FIELDS, Rollout
 from rlpar.nn import Net
 from rlpar.runtime.actor import Actor
 from rlpar.runtime.common import POLL_S, ActorStats, EpisodeLog, queue_get, queue_put
-from rlpar.runtime.envs import make_actor_envs, run_setup, storage_dtype
+from rlpar.runtime.env_setup import run_setup
+from rlpar.runtime.envs import make_actor_envs, storage_dtype
 from rlpar.snapshot import SnapshotStore
 
 __all__ = ["RayActors", "RemoteActor", "init_local_ray"]
