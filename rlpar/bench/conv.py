@@ -26,6 +26,8 @@ import numpy as np
 
 import rlpar
 from rlpar.bench.timing import medians, sig, time_interleaved
+from rlpar.bench.twins import check_twin, torch_input, torch_twin
+from rlpar.bench.workloads import NATURE_NET, random_obs, synthetic_batch
 from rlpar.nn import Head
 
 __all__ = ["CONV_FORWARD_BATCHES", "CONV_TRAIN_BATCHES", "bench_conv", "conv_torsos"]
@@ -63,11 +65,9 @@ def _train_flops(net: rlpar.Net) -> float:
 
 def _pair(net: rlpar.Net, batch: int, torch: Any, train: bool) -> dict[str, Callable[[], object]]:
     """The native call and its torch twin at ``batch``, checked to agree first."""
-    from rlpar.bench.net import _check_twin, _random_obs, _torch_input, torch_twin
-
     rng = np.random.default_rng(batch)
     params = net.init_params(seed=0)
-    obs = _random_obs(net, batch, rng)
+    obs = random_obs(net, batch, rng)
     out = np.empty((batch, net.output_size), np.float32)
     dout = rng.standard_normal((batch, net.output_size)).astype(np.float32)
     grad = np.empty(net.num_params, np.float32)
@@ -87,13 +87,13 @@ def _pair(net: rlpar.Net, batch: int, torch: Any, train: bool) -> dict[str, Call
 
         def torch_forward() -> np.ndarray:
             with torch.no_grad():
-                return model(_torch_input(net, obs, torch)).numpy()
+                return model(torch_input(net, obs, torch)).numpy()
 
         def torch_train() -> None:
-            model(_torch_input(net, obs, torch)).backward(dout_t)
+            model(torch_input(net, obs, torch)).backward(dout_t)
             model.zero_grad(set_to_none=False)
 
-        _check_twin("torch", torch_forward(), net.forward(params, obs))
+        check_twin("torch", torch_forward(), net.forward(params, obs))
         fns["torch"] = torch_train if train else torch_forward
     return fns
 
@@ -136,14 +136,9 @@ def _sgemm_peak_gflops(torch: Any, repeats: int) -> float:
     return 2.0 * SGEMM_SIZE**3 / seconds / 1e9
 
 
-NATURE_NET = {"conv": [[32, 8, 4], [64, 4, 2], [64, 3, 1]], "conv_hidden": 512}
-
-
 def _learner_threads(repeats: int, min_steps: int) -> dict[str, float]:
     """Samples/s of IMPALA learner steps on the Nature torso with 1 thread and with 2 (rows
     and shards)."""
-    from rlpar.bench.scaling import _synthetic_batch
-
     t, n = LEARNER_BATCH
     rng = np.random.default_rng(0)
     agent = rlpar.make_agent("impala", {"optim": {"lr": 1e-4}, "net": NATURE_NET})
@@ -151,7 +146,7 @@ def _learner_threads(repeats: int, min_steps: int) -> dict[str, float]:
     net = rlpar.Net(agent.net_spec(space, gym.spaces.Discrete(6)))
     params = net.init_params(seed=0)
     obs = rng.integers(0, 256, (t + 1, n, *space.shape), dtype=np.uint8)
-    batch = _synthetic_batch(rng, net, params, obs, 6)
+    batch = synthetic_batch(rng, net, params, obs, 6)
     pools = {"2": rlpar.ShardPool(2, split="rows"), "2_shards": rlpar.ShardPool(2, split="shards")}
 
     def rate(key: str) -> float:

@@ -22,17 +22,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 import rlpar
 from rlpar import _native
-from rlpar.agent import Agent, LearnerState
-from rlpar.bench.timing import import_optional, medians, sig
-from rlpar.data import Batch, Rollout
-from rlpar.nn import Head
+from rlpar.bench.timing import import_optional, loop_rate, medians, sig
+from rlpar.bench.workloads import PolicyAgent
+from rlpar.data import Rollout
 from rlpar.runtime.actor import Actor
 from rlpar.runtime.common import EpisodeLog
 
@@ -114,33 +113,6 @@ def _env_only(budget: Budget) -> dict[str, float]:
 # actor loop
 
 
-class _PolicyAgent(Agent):
-    """An mlp categorical policy that only acts (Gumbel-max sampling, as rlpar's agents do)."""
-
-    def net_spec(self, obs_space: gym.Space, action_space: gym.Space) -> rlpar.NetSpec:
-        assert isinstance(action_space, gym.spaces.Discrete) and obs_space.shape is not None
-        heads: list[Head] = [rlpar.Categorical(int(action_space.n)), rlpar.Value()]
-        return rlpar.mlp_spec(int(np.prod(obs_space.shape)), heads, hidden=(64, 64))
-
-    def init_state(self, net: rlpar.Net, params: np.ndarray) -> LearnerState:
-        return LearnerState(params=params, optimizer=rlpar.SGD(net.num_params, lr=0.0))
-
-    def act(self, net: rlpar.Net, out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        logits = out[:, :-1]
-        return np.argmax(logits - np.log(-np.log(rng.random(logits.shape))), axis=1)
-
-    def learn(self, net: rlpar.Net, state: LearnerState, batch: Batch) -> dict[str, float]:
-        return {}
-
-
-class _Loop(Protocol):
-    """What `loop_rate` runs: ``loop`` until stopped, counting env steps in ``steps``."""
-
-    steps: int
-
-    def loop(self, stop: threading.Event) -> None: ...
-
-
 class _Worker:
     """One actor thread's loop of one kind; ``steps`` grows after every rollout."""
 
@@ -161,7 +133,7 @@ class _Worker:
             self.ep_length = np.zeros(NUM_ENVS, np.int64)
         else:
             self.actor = Actor(
-                index, envs=self.envs, agent=_PolicyAgent(), net=net, store=store,
+                index, envs=self.envs, agent=PolicyAgent(), net=net, store=store,
                 unroll_length=UNROLL, num_buffers=1, seed=0,
             )  # fmt: skip
             self.log = EpisodeLog()
@@ -180,23 +152,6 @@ class _Worker:
             self.steps += UNROLL * NUM_ENVS
 
 
-def loop_rate(workers: Sequence[_Loop], budget: Budget) -> float:
-    stop = threading.Event()
-    threads = [threading.Thread(target=w.loop, args=(stop,)) for w in workers]
-    for t in threads:
-        t.start()
-    try:
-        time.sleep(budget.warmup_s)
-        n0, t0 = sum(w.steps for w in workers), time.perf_counter()
-        time.sleep(budget.loop_s)
-        n1, t1 = sum(w.steps for w in workers), time.perf_counter()
-    finally:
-        stop.set()
-        for t in threads:
-            t.join()
-    return (n1 - n0) / (t1 - t0)
-
-
 def actor_loop_workers(
     kinds: Sequence[str], threads: Sequence[int]
 ) -> dict[tuple[str, int], list[_Worker]]:
@@ -205,7 +160,7 @@ def actor_loop_workers(
 
     rlpar_envs.register_envs()  # rlpar/CartPole-v1 (importing rlpar.envs does it too)
 
-    agent = _PolicyAgent()
+    agent = PolicyAgent()
     probe = gym.make_vec("rlpar/CartPole-v1", num_envs=1)
     net = rlpar.Net(agent.net_spec(probe.single_observation_space, probe.single_action_space))
     store = rlpar.SnapshotStore(net.num_params)
@@ -223,7 +178,10 @@ def actor_loop_rates(
     """``{kind: {threads: env steps/s}}``: each kind at each thread count, side by side,
     medians of ``repeats`` rounds; the workers' envs are closed after."""
     workers = actor_loop_workers(kinds, threads)
-    configs = {key: (lambda ws=ws: loop_rate(ws, budget)) for key, ws in workers.items()}
+    configs = {
+        key: (lambda ws=ws: loop_rate(ws, budget.warmup_s, budget.loop_s))
+        for key, ws in workers.items()
+    }
     try:
         med = medians(configs, repeats)
     finally:

@@ -23,7 +23,6 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 import rlpar
 from rlpar import _native
@@ -37,6 +36,8 @@ from rlpar.bench.timing import (
     single_threaded,
     time_interleaved,
 )
+from rlpar.bench.twins import check_twin, numpy_forward, torch_input, torch_twin
+from rlpar.bench.workloads import random_obs
 
 __all__ = [
     "bench_gil_threshold",
@@ -45,8 +46,6 @@ __all__ = [
     "format_gil_threshold",
     "format_net",
     "format_snapshot",
-    "numpy_forward",
-    "torch_twin",
 ]
 
 MLP_BATCHES = (1, 32, 256)
@@ -140,149 +139,7 @@ def _thread_scaling(
     }
 
 
-# -------------------------------------------------------------------------------------- twins
-
-
-def _affine(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return x @ w + b
-
-
-def _conv_nhwc(w: np.ndarray, b: np.ndarray, stride: int, padding: int) -> Callable:
-    """``x [B, H, W, C] -> [B, OH, OW, OC]`` by im2col and one matmul; ``w [K, K, C, OC]``."""
-    k, _, c, oc = w.shape
-    # sliding_window_view puts the window axes last: patches are [B, OH, OW, C, K, K].
-    w_cols = np.ascontiguousarray(w.transpose(2, 0, 1, 3)).reshape(c * k * k, oc)
-
-    def conv(x: np.ndarray) -> np.ndarray:
-        if padding:
-            x = np.pad(x, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
-        patches = sliding_window_view(x, (k, k), axis=(1, 2))[:, ::stride, ::stride]
-        batch, oh, ow = patches.shape[:3]
-        cols = patches.reshape(batch * oh * ow, c * k * k)
-        return (cols @ w_cols + b).reshape(batch, oh, ow, oc)
-
-    return conv
-
-
-def _head_matrix(net: rlpar.Net, views: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """All heads as one ``[F, output_size]`` weight and bias (Categorical and Value heads)."""
-    for head in net.spec.heads:
-        if isinstance(head, rlpar.Gaussian):
-            raise NotImplementedError("the benchmark twins cover Categorical and Value heads")
-    n = len(net.spec.heads)
-    w = np.concatenate([views[f"heads.{h}.weight"] for h in range(n)], axis=1)
-    b = np.concatenate([views[f"heads.{h}.bias"] for h in range(n)])
-    return w, b
-
-
-def numpy_forward(net: rlpar.Net, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    """The net's forward in float32 numpy, reading the same flat ``params``.
-
-    Returns ``f(obs [B, *input_shape]) -> out [B, output_size]``.
-    """
-    views = net.param_views(params)
-    steps: list[Callable[[np.ndarray], np.ndarray]] = []
-    for i, layer in enumerate(net.spec.layers):
-        if isinstance(layer, rlpar.Linear):
-            w, b = views[f"layers.{i}.weight"], views[f"layers.{i}.bias"]
-            steps.append(partial(_affine, w=w, b=b))
-        elif isinstance(layer, rlpar.Conv2d):
-            w, b = views[f"layers.{i}.weight"], views[f"layers.{i}.bias"]
-            steps.append(_conv_nhwc(w, b, layer.stride, layer.padding))
-        elif isinstance(layer, rlpar.ReLU):
-            steps.append(lambda x: np.maximum(x, 0, out=x))
-        elif isinstance(layer, rlpar.Tanh):
-            steps.append(lambda x: np.tanh(x, out=x))
-        elif isinstance(layer, rlpar.Flatten):
-            steps.append(lambda x: x.reshape(len(x), -1))
-        else:
-            raise NotImplementedError(f"no numpy twin for {type(layer).__name__}")
-    head_w, head_b = _head_matrix(net, views)
-    scale = np.float32(net.spec.scale)
-
-    def forward(obs: np.ndarray) -> np.ndarray:
-        x = obs.astype(np.float32) * scale
-        for step in steps:
-            x = step(x)
-        return x @ head_w + head_b
-
-    return forward
-
-
-def torch_twin(net: rlpar.Net, params: np.ndarray, torch):
-    """A ``torch.nn.Sequential`` with the net's weights (torch layouts: NCHW, weight ``[out, in]``).
-
-    Its input is ``[B, C, H, W]`` float32 for image nets (see `_torch_input`), ``[B, D]`` otherwise.
-    """
-    nn = torch.nn
-    views = net.param_views(params)
-    shapes = net.activation_shapes  # shapes[i]: per-sample input of layer i, channels last
-    modules = []
-
-    def load(module, w: np.ndarray, b: np.ndarray):
-        with torch.no_grad():  # copies: the views are read-only
-            module.weight.copy_(torch.tensor(w))
-            module.bias.copy_(torch.tensor(b))
-        return module
-
-    for i, layer in enumerate(net.spec.layers):
-        if isinstance(layer, rlpar.Linear):
-            w, b = views[f"layers.{i}.weight"], views[f"layers.{i}.bias"]
-            if i > 0 and isinstance(net.spec.layers[i - 1], rlpar.Flatten):
-                w = _rows_nhwc_to_nchw(w, shapes[i - 1])
-            modules.append(load(nn.Linear(w.shape[0], w.shape[1]), w.T, b))
-        elif isinstance(layer, rlpar.Conv2d):
-            w, b = views[f"layers.{i}.weight"], views[f"layers.{i}.bias"]
-            k, _, c, oc = w.shape
-            conv = nn.Conv2d(c, oc, k, layer.stride, layer.padding)
-            modules.append(load(conv, w.transpose(3, 2, 0, 1), b))
-        elif isinstance(layer, rlpar.ReLU):
-            modules.append(nn.ReLU())
-        elif isinstance(layer, rlpar.Tanh):
-            modules.append(nn.Tanh())
-        elif isinstance(layer, rlpar.Flatten):
-            modules.append(nn.Flatten())
-        else:
-            raise NotImplementedError(f"no torch twin for {type(layer).__name__}")
-    head_w, head_b = _head_matrix(net, views)
-    modules.append(load(nn.Linear(*head_w.shape), head_w.T, head_b))
-    return nn.Sequential(*modules)
-
-
-def _rows_nhwc_to_nchw(w: np.ndarray, image_shape: tuple[int, ...]) -> np.ndarray:
-    """Reorder the rows of a Linear after Flatten: rlpar flattens (H, W, C), torch (C, H, W)."""
-    if len(image_shape) != 3:
-        return w
-    h, wd, c = image_shape
-    return w.reshape(h, wd, c, -1).transpose(2, 0, 1, 3).reshape(h * wd * c, -1)
-
-
-def _torch_input(net: rlpar.Net, obs: np.ndarray, torch):
-    """``obs [B, *input_shape]`` of the net's dtype -> float32 torch input, NCHW for images."""
-    x = torch.from_numpy(obs)
-    if len(net.input_shape) == 3:
-        x = x.permute(0, 3, 1, 2)
-    return x.float() * net.spec.scale if net.input_uint8 else x
-
-
-def _check_twin(name: str, got: np.ndarray, want: np.ndarray) -> None:
-    # A twin that computes other maths would make the comparison meaningless.
-    tol = 1e-3 * (1.0 + float(np.abs(want).max()))
-    err = float(np.abs(got - want).max())
-    if err > tol:
-        raise RuntimeError(
-            f"the {name} twin differs from the native net by {err:.3g} (> {tol:.3g})"
-        )
-
-
 # ------------------------------------------------------------------------------------ bench_net
-
-
-def _random_obs(net: rlpar.Net, batch: int, rng: np.random.Generator) -> np.ndarray:
-    shape = (batch, *net.input_shape)
-    if net.input_uint8:
-        return rng.integers(0, 256, shape, dtype=np.uint8)
-    return rng.standard_normal(shape).astype(np.float32)
 
 
 def _forward_us(net: rlpar.Net, batches: tuple[int, ...], budget: Budget, torch) -> dict:
@@ -295,7 +152,7 @@ def _forward_us(net: rlpar.Net, batches: tuple[int, ...], budget: Budget, torch)
     if torch:
         result["torch"] = {}
     for batch in batches:
-        obs = _random_obs(net, batch, rng)
+        obs = random_obs(net, batch, rng)
         out = np.empty((batch, net.output_size), np.float32)
         fns: dict[str, Callable[[], Any]] = {
             # positional: keyword arguments cost ~0.4 us in pybind11 (README, GIL policy)
@@ -303,10 +160,10 @@ def _forward_us(net: rlpar.Net, batches: tuple[int, ...], budget: Budget, torch)
             "numpy": partial(to_numpy, obs),
         }
         want = net.forward(params, obs)
-        _check_twin("numpy", fns["numpy"](), want)
+        check_twin("numpy", fns["numpy"](), want)
         if torch:
             fns["torch"] = partial(_torch_forward, net, model, obs, torch)
-            _check_twin("torch", fns["torch"](), want)
+            check_twin("torch", fns["torch"](), want)
         for name, seconds in time_interleaved(fns, budget.chunk_s, budget.repeats).items():
             result[name][str(batch)] = sig(seconds * 1e6)
     return result
@@ -314,7 +171,7 @@ def _forward_us(net: rlpar.Net, batches: tuple[int, ...], budget: Budget, torch)
 
 def _torch_forward(net: rlpar.Net, model, obs: np.ndarray, torch) -> np.ndarray:
     with torch.no_grad():
-        return model(_torch_input(net, obs, torch)).numpy()
+        return model(torch_input(net, obs, torch)).numpy()
 
 
 def _train_step_ms(net: rlpar.Net, budget: Budget, torch) -> dict[str, float]:
@@ -322,7 +179,7 @@ def _train_step_ms(net: rlpar.Net, budget: Budget, torch) -> dict[str, float]:
     clipping (max norm 40) and an RMSProp update, native against torch."""
     lr, alpha, eps, max_norm = 1e-5, 0.99, 1e-5, 40.0
     rng = np.random.default_rng(0)
-    obs = _random_obs(net, TRAIN_BATCH, rng)
+    obs = random_obs(net, TRAIN_BATCH, rng)
     dout = rng.standard_normal((TRAIN_BATCH, net.output_size)).astype(np.float32)
     params = net.init_params(seed=0)
     out = np.empty((TRAIN_BATCH, net.output_size), np.float32)
@@ -343,7 +200,7 @@ def _train_step_ms(net: rlpar.Net, budget: Budget, torch) -> dict[str, float]:
         dout_t = torch.from_numpy(dout)
 
         def torch_step() -> None:
-            model(_torch_input(net, obs, torch)).backward(dout_t)
+            model(torch_input(net, obs, torch)).backward(dout_t)
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
             torch_opt.step()
             torch_opt.zero_grad()

@@ -26,8 +26,8 @@ import gymnasium as gym
 import numpy as np
 
 import rlpar
-from rlpar.bench.envs import THREADS, Budget, _PolicyAgent, loop_rate
-from rlpar.bench.timing import import_optional, medians, sig
+from rlpar.bench.timing import import_optional, loop_rate, medians, sig
+from rlpar.bench.workloads import PolicyAgent
 from rlpar.config import EnvConfig
 from rlpar.nn import Head
 from rlpar.runtime.actor import Actor
@@ -38,8 +38,18 @@ __all__ = ["REAL_FULL", "REAL_QUICK", "bench_real_envs", "make_preprocessed_pong
 
 NUM_ENVS = 16
 UNROLL = 20
-REAL_FULL = Budget(env_s=0.0, loop_s=1.5, warmup_s=0.5, repeats=3)
-REAL_QUICK = Budget(env_s=0.0, loop_s=0.05, warmup_s=0.02, repeats=1)
+THREADS = (1, 2)
+
+
+@dataclass(frozen=True)
+class Budget:
+    loop_s: float  # one actor-loop run (after its warm-up)
+    warmup_s: float
+    repeats: int
+
+
+REAL_FULL = Budget(loop_s=1.5, warmup_s=0.5, repeats=3)
+REAL_QUICK = Budget(loop_s=0.05, warmup_s=0.02, repeats=1)
 
 
 @dataclass(frozen=True)
@@ -101,7 +111,7 @@ def _cases() -> dict[str, dict[str, _Case]]:
     return cases
 
 
-class _ConvPolicy(_PolicyAgent):
+class _ConvPolicy(PolicyAgent):
     """The bench's acting-only policy on a conv torso over uint8 frames [H, W, C]."""
 
     def __init__(self, convs: tuple[tuple[int, int, int], ...], hidden: int) -> None:
@@ -153,7 +163,8 @@ def _measure_env(cases: dict[str, _Case], budget: Budget) -> dict[str, dict[str,
                 for i in range(n):
                     workers[mode, n].append(_RealWorker(case, i, net, store))
         configs: dict[Any, Callable[[], float]] = {
-            key: partial(loop_rate, ws, budget) for key, ws in workers.items()
+            key: partial(loop_rate, ws, budget.warmup_s, budget.loop_s)
+            for key, ws in workers.items()
         }
         med = medians(configs, budget.repeats)
     finally:

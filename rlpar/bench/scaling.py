@@ -46,7 +46,7 @@ from rlpar.bench.envs import Budget as LoopBudget
 from rlpar.bench.net import forwards_per_second
 from rlpar.bench.runtime import runtime_rate
 from rlpar.bench.timing import medians, sig
-from rlpar.data import Batch
+from rlpar.bench.workloads import NATURE_NET, synthetic_batch
 from rlpar.parallel import ShardPool
 from rlpar.registry import make_agent
 
@@ -132,29 +132,8 @@ def _actor_loop(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, f
     return actor_loop_rates(("python_env", "native_fused"), threads, loop_budget, budget.repeats)
 
 
-def _synthetic_batch(
-    rng: np.random.Generator, net: rlpar.Net, params: np.ndarray, obs: np.ndarray, actions: int
-) -> Batch:
-    """A batch on observations ``obs`` [T+1, N, ...]: behaviour is the net's own output plus
-    noise, random actions, rewards and episode ends (mask[t+1] = not done[t])."""
-    t1, n = obs.shape[:2]
-    out = net.forward(params, obs.reshape(t1 * n, *obs.shape[2:])).reshape(t1, n, -1)
-    done = rng.random((t1 - 1, n)) < 0.05
-    mask = np.ones_like(done)
-    mask[1:] = ~done[:-1]
-    return Batch(
-        obs=obs, actions=rng.integers(0, actions, (t1 - 1, n)).astype(np.int64),
-        rewards=rng.standard_normal((t1 - 1, n)).astype(np.float32),
-        terminated=done & mask, truncated=np.zeros_like(done), mask=mask,
-        behaviour=out[:-1] + 0.1 * rng.standard_normal(out[:-1].shape).astype(np.float32),
-        versions=np.zeros(1, np.int64), policy_lag=np.zeros(1, np.int64), learner_version=1,
-    )  # fmt: skip
-
-
 def _learner_step(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, float]]:
     """Samples/s of IMPALA learner steps on N threads (`ShardPool`), rows and shards."""
-    from rlpar.bench.conv import NATURE_NET
-
     rng = np.random.default_rng(0)
     frames = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
     cases = {}
@@ -170,7 +149,7 @@ def _learner_step(threads: Sequence[int], budget: Budget) -> dict[str, dict[str,
             obs = rng.integers(0, 256, (t + 1, n, *space.shape), dtype=np.uint8)
         else:
             obs = rng.standard_normal((t + 1, n, *space.shape)).astype(np.float32)
-        cases[name] = (agent, net, params, _synthetic_batch(rng, net, params, obs, n_actions))
+        cases[name] = (agent, net, params, synthetic_batch(rng, net, params, obs, n_actions))
     splits = ("rows", "shards")
     pools = {(k, s): ShardPool(k, split=s) for k in threads if k > 1 for s in splits}
 

@@ -5,6 +5,7 @@ side in one process, taking turns, and every figure is the median over repeats:
 
 - `medians`: each configuration once per round, ``repeats`` rounds, the median of each;
 - `time_interleaved`: seconds per call of several functions, chunk by chunk in turn;
+- `loop_rate`: steps/s of threads that each run a `Loop` (e.g. an actor's unrolls);
 - `sig`: round to the digits the noise allows; `BackgroundLoad`: how much *other* work ran;
 - `import_optional` and `single_threaded`: the optional peers (torch, EnvPool) on one thread.
 """
@@ -15,14 +16,17 @@ import contextlib
 import importlib
 import os
 import statistics
+import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 __all__ = [
     "BackgroundLoad",
+    "Loop",
     "cpus",
     "import_optional",
+    "loop_rate",
     "medians",
     "sig",
     "single_threaded",
@@ -86,6 +90,33 @@ def time_interleaved(
         return (time.perf_counter() - t0) / n
 
     return medians({name: (lambda name=name: chunk(name)) for name in fns}, repeats)
+
+
+class Loop(Protocol):
+    """What `loop_rate` runs: ``loop`` until stopped, counting what it did in ``steps``."""
+
+    steps: int
+
+    def loop(self, stop: threading.Event) -> None: ...
+
+
+def loop_rate(workers: Sequence[Loop], warmup_s: float, seconds: float) -> float:
+    """Steps/s of all ``workers`` together, each looping on its own thread: counted over
+    ``seconds`` after ``warmup_s`` of running; the threads are stopped and joined after."""
+    stop = threading.Event()
+    threads = [threading.Thread(target=w.loop, args=(stop,)) for w in workers]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(warmup_s)
+        n0, t0 = sum(w.steps for w in workers), time.perf_counter()
+        time.sleep(seconds)
+        n1, t1 = sum(w.steps for w in workers), time.perf_counter()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    return (n1 - n0) / (t1 - t0)
 
 
 def import_optional(name: str) -> Any:

@@ -1,0 +1,155 @@
+"""Twins of a native `rlpar.Net` for the benchmarks to race: the same maths in numpy and in
+torch, reading the same flat parameters, and the check that a twin agrees before it is timed.
+
+- `numpy_forward(net, params)`: ``f(obs [B, *input_shape]) -> out float32 [B, output_size]``;
+- `torch_twin(net, params, torch)`: a ``torch.nn.Sequential`` with the net's weights, fed by
+  `torch_input` (NCHW float32 for image nets);
+- `check_twin`: raises when a twin's output differs from the native net's.
+
+Layers: Linear, Conv2d, ReLU, Tanh, Flatten; heads: Categorical and Value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+import rlpar
+
+__all__ = ["check_twin", "numpy_forward", "torch_input", "torch_twin"]
+
+
+def _affine(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return x @ w + b
+
+
+def _conv_nhwc(w: np.ndarray, b: np.ndarray, stride: int, padding: int) -> Callable:
+    """``x [B, H, W, C] -> [B, OH, OW, OC]`` by im2col and one matmul; ``w [K, K, C, OC]``."""
+    k, _, c, oc = w.shape
+    # sliding_window_view puts the window axes last: patches are [B, OH, OW, C, K, K].
+    w_cols = np.ascontiguousarray(w.transpose(2, 0, 1, 3)).reshape(c * k * k, oc)
+
+    def conv(x: np.ndarray) -> np.ndarray:
+        if padding:
+            x = np.pad(x, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
+        patches = sliding_window_view(x, (k, k), axis=(1, 2))[:, ::stride, ::stride]
+        batch, oh, ow = patches.shape[:3]
+        cols = patches.reshape(batch * oh * ow, c * k * k)
+        return (cols @ w_cols + b).reshape(batch, oh, ow, oc)
+
+    return conv
+
+
+def _head_matrix(net: rlpar.Net, views: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """All heads as one ``[F, output_size]`` weight and bias (Categorical and Value heads)."""
+    for head in net.spec.heads:
+        if isinstance(head, rlpar.Gaussian):
+            raise NotImplementedError("the benchmark twins cover Categorical and Value heads")
+    n = len(net.spec.heads)
+    w = np.concatenate([views[f"heads.{h}.weight"] for h in range(n)], axis=1)
+    b = np.concatenate([views[f"heads.{h}.bias"] for h in range(n)])
+    return w, b
+
+
+def numpy_forward(net: rlpar.Net, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """The net's forward in float32 numpy, reading the same flat ``params``.
+
+    Returns ``f(obs [B, *input_shape]) -> out [B, output_size]``.
+    """
+    views = net.param_views(params)
+    steps: list[Callable[[np.ndarray], np.ndarray]] = []
+    for i, layer in enumerate(net.spec.layers):
+        if isinstance(layer, rlpar.Linear):
+            w, b = views[f"layers.{i}.weight"], views[f"layers.{i}.bias"]
+            steps.append(partial(_affine, w=w, b=b))
+        elif isinstance(layer, rlpar.Conv2d):
+            w, b = views[f"layers.{i}.weight"], views[f"layers.{i}.bias"]
+            steps.append(_conv_nhwc(w, b, layer.stride, layer.padding))
+        elif isinstance(layer, rlpar.ReLU):
+            steps.append(lambda x: np.maximum(x, 0, out=x))
+        elif isinstance(layer, rlpar.Tanh):
+            steps.append(lambda x: np.tanh(x, out=x))
+        elif isinstance(layer, rlpar.Flatten):
+            steps.append(lambda x: x.reshape(len(x), -1))
+        else:
+            raise NotImplementedError(f"no numpy twin for {type(layer).__name__}")
+    head_w, head_b = _head_matrix(net, views)
+    scale = np.float32(net.spec.scale)
+
+    def forward(obs: np.ndarray) -> np.ndarray:
+        x = obs.astype(np.float32) * scale
+        for step in steps:
+            x = step(x)
+        return x @ head_w + head_b
+
+    return forward
+
+
+def torch_twin(net: rlpar.Net, params: np.ndarray, torch):
+    """A ``torch.nn.Sequential`` with the net's weights (torch layouts: NCHW, weight ``[out, in]``).
+
+    Its input is ``[B, C, H, W]`` float32 for image nets (see `torch_input`), ``[B, D]`` otherwise.
+    """
+    nn = torch.nn
+    views = net.param_views(params)
+    shapes = net.activation_shapes  # shapes[i]: per-sample input of layer i, channels last
+    modules = []
+
+    def load(module, w: np.ndarray, b: np.ndarray):
+        with torch.no_grad():  # copies: the views are read-only
+            module.weight.copy_(torch.tensor(w))
+            module.bias.copy_(torch.tensor(b))
+        return module
+
+    for i, layer in enumerate(net.spec.layers):
+        if isinstance(layer, rlpar.Linear):
+            w, b = views[f"layers.{i}.weight"], views[f"layers.{i}.bias"]
+            if i > 0 and isinstance(net.spec.layers[i - 1], rlpar.Flatten):
+                w = _rows_nhwc_to_nchw(w, shapes[i - 1])
+            modules.append(load(nn.Linear(w.shape[0], w.shape[1]), w.T, b))
+        elif isinstance(layer, rlpar.Conv2d):
+            w, b = views[f"layers.{i}.weight"], views[f"layers.{i}.bias"]
+            k, _, c, oc = w.shape
+            conv = nn.Conv2d(c, oc, k, layer.stride, layer.padding)
+            modules.append(load(conv, w.transpose(3, 2, 0, 1), b))
+        elif isinstance(layer, rlpar.ReLU):
+            modules.append(nn.ReLU())
+        elif isinstance(layer, rlpar.Tanh):
+            modules.append(nn.Tanh())
+        elif isinstance(layer, rlpar.Flatten):
+            modules.append(nn.Flatten())
+        else:
+            raise NotImplementedError(f"no torch twin for {type(layer).__name__}")
+    head_w, head_b = _head_matrix(net, views)
+    modules.append(load(nn.Linear(*head_w.shape), head_w.T, head_b))
+    return nn.Sequential(*modules)
+
+
+def _rows_nhwc_to_nchw(w: np.ndarray, image_shape: tuple[int, ...]) -> np.ndarray:
+    """Reorder the rows of a Linear after Flatten: rlpar flattens (H, W, C), torch (C, H, W)."""
+    if len(image_shape) != 3:
+        return w
+    h, wd, c = image_shape
+    return w.reshape(h, wd, c, -1).transpose(2, 0, 1, 3).reshape(h * wd * c, -1)
+
+
+def torch_input(net: rlpar.Net, obs: np.ndarray, torch):
+    """``obs [B, *input_shape]`` of the net's dtype -> float32 torch input, NCHW for images."""
+    x = torch.from_numpy(obs)
+    if len(net.input_shape) == 3:
+        x = x.permute(0, 3, 1, 2)
+    return x.float() * net.spec.scale if net.input_uint8 else x
+
+
+def check_twin(name: str, got: np.ndarray, want: np.ndarray) -> None:
+    """Raise RuntimeError when the ``name`` twin's output ``got`` differs from the native
+    net's ``want`` (both float32 [B, output_size]): timing other maths would mean nothing."""
+    tol = 1e-3 * (1.0 + float(np.abs(want).max()))
+    err = float(np.abs(got - want).max())
+    if err > tol:
+        raise RuntimeError(
+            f"the {name} twin differs from the native net by {err:.3g} (> {tol:.3g})"
+        )
