@@ -1,6 +1,6 @@
 """Plug-in registries: agents by name (environments use gymnasium's own registry).
 
-A user's agent is a first-class citizen beside the built-ins::
+A user's agent is a first-class citizen beside the built-ins, and is found the same way::
 
     @dataclass(frozen=True)
     class MyConfig:
@@ -14,6 +14,12 @@ A user's agent is a first-class citizen beside the built-ins::
     #   [project.entry-points."rlpar.agents"]
     #   my_agent = "my_package.agents:MyAgent"     (a class with a nested `Config` dataclass)
 
+An experiment file reaches a module that calls `register_agent` with ``plugins = ["module"]``
+(`rlpar.app.experiment`). rlpar's own agents are entry points of that group too: declared in
+rlpar's ``pyproject.toml`` and listed in `BUILT_IN_AGENTS`, which is read first, so that an
+install whose metadata predates a declaration (an old editable install) still finds them.
+Nothing is imported until the first lookup (`registered_agents`, `make_agent`).
+
 Configs (TOML ``[agent]`` tables) are validated against the registered dataclass, so a typo in
 a key is an error naming the key, not a silently ignored setting.
 """
@@ -21,6 +27,7 @@ a key is an error naming the key, not a silently ignored setting.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -32,9 +39,22 @@ from rlpar._checks import did_you_mean
 from rlpar.agent import Agent
 from rlpar.config import from_dict
 
-__all__ = ["AgentEntry", "make_agent", "register_agent", "register_env", "registered_agents"]
+__all__ = [
+    "BUILT_IN_AGENTS",
+    "ENTRY_POINT_GROUP",
+    "AgentEntry",
+    "how_to_register",
+    "make_agent",
+    "register_agent",
+    "register_env",
+    "registered_agents",
+]
+
+log = logging.getLogger("rlpar")
 
 ENTRY_POINT_GROUP = "rlpar.agents"
+#: rlpar's own agents: name -> entry point (the same lines as in pyproject.toml).
+BUILT_IN_AGENTS = {"a3c": "rlpar.agents.a3c:A3C", "impala": "rlpar.agents.impala:Impala"}
 
 
 @dataclass(frozen=True)
@@ -61,8 +81,10 @@ def register_agent(
 ) -> None:
     """Register ``factory`` (called with a ``config`` instance) under ``name``.
 
-    ``config`` defaults to ``factory.Config``; it must be a dataclass.
+    ``config`` defaults to ``factory.Config``; it must be a dataclass. A name that is taken
+    (a built-in, an installed entry point, an earlier call) is an error unless ``overwrite``.
     """
+    _load_plugins()  # so that a name taken by an entry point is refused here, not shadowed
     if not isinstance(name, str) or not name:
         raise ValueError(f"agent name must be a non-empty string, got {name!r}")
     config = config if config is not None else getattr(factory, "Config", None)
@@ -86,12 +108,42 @@ def _load_plugins() -> None:
     if _loaded:
         return
     _loaded = True
-    import rlpar.agents  # noqa: F401  (registers the built-in agents)
-
+    built_in = [metadata.EntryPoint(n, v, ENTRY_POINT_GROUP) for n, v in BUILT_IN_AGENTS.items()]
+    for ep in built_in:
+        if ep.name not in _AGENTS:
+            _register_entry_point(ep, "built-in")
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in _AGENTS:
+        if ep.name in _AGENTS:  # rlpar's own declaration, or a name register_agent took
+            if BUILT_IN_AGENTS.get(ep.name) not in (None, ep.value):
+                log.warning(
+                    "entry point %s = %r (group %s) ignored: %r is rlpar's built-in agent",
+                    ep.name,
+                    ep.value,
+                    ENTRY_POINT_GROUP,
+                    ep.name,
+                )
             continue
-        register_agent(ep.name, ep.load(), source="entry point")
+        _register_entry_point(ep, "entry point")
+
+
+def _register_entry_point(ep: metadata.EntryPoint, source: str) -> None:
+    try:
+        factory = ep.load()
+    except ImportError as e:
+        raise ImportError(
+            f"agent {ep.name!r}: cannot load its entry point {ep.value!r} (group "
+            f"{ENTRY_POINT_GROUP}): {e}"
+        ) from e
+    register_agent(ep.name, factory, source=source)
+
+
+def how_to_register(name: str) -> str:
+    """How to make agent ``name`` known, for an error message."""
+    return (
+        f"to add one, call rlpar.register_agent({name!r}, YourAgent, YourConfig) in a module "
+        f"that is imported first, or declare an entry point in the group {ENTRY_POINT_GROUP!r} "
+        "of an installed package"
+    )
 
 
 def registered_agents() -> dict[str, AgentEntry]:
@@ -116,7 +168,7 @@ def make_agent(name: str, params: dict[str, Any] | None = None) -> Agent:
         known = sorted(_AGENTS)
         raise ValueError(
             f"unknown agent {name!r}{did_you_mean(name, known)}; registered agents: "
-            f"{', '.join(known)}"
+            f"{', '.join(known)}; {how_to_register(name)}"
         )
     config: Any = from_dict(entry.config, dict(params or {}), prefix="agent.")
     return entry.factory(config)

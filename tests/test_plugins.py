@@ -4,6 +4,8 @@ custom agent, examples/custom_agent.py, runs in test_examples.py)."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -82,8 +84,6 @@ def test_built_in_agents_import_only_the_public_api() -> None:
             else:
                 continue
             for name in names:
-                if name == "rlpar.registry" and path.name == "__init__.py":
-                    continue  # registration itself
                 assert not name.startswith("rlpar."), f"{path.name} imports {name}"
 
 
@@ -94,3 +94,28 @@ def test_built_in_agents_import_only_the_public_api() -> None:
 def test_a_space_the_agent_cannot_handle_fails_at_start_up(env, match) -> None:
     with pytest.raises(Exception, match=match):
         rlpar.Runner(rlpar.make_agent("impala"), rlpar.EnvConfig(env), rlpar.RuntimeConfig())
+
+
+def test_the_built_in_agents_are_entry_points_declared_in_pyproject() -> None:
+    """rlpar finds its own agents as it finds a user's; the registry's table (for an install
+    whose metadata predates a declaration) says what pyproject.toml declares."""
+    tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    assert declared[registry.ENTRY_POINT_GROUP] == registry.BUILT_IN_AGENTS
+    for name, value in registry.BUILT_IN_AGENTS.items():
+        entry = rlpar.registered_agents()[name]
+        assert entry.source == "built-in"
+        assert f"{entry.factory.__module__}:{entry.factory.__name__}" == value
+
+
+def test_importing_rlpar_imports_no_agent_until_one_is_looked_up() -> None:
+    code = (
+        "import sys, rlpar\n"
+        "assert not [m for m in sys.modules if m.startswith('rlpar.agents')], 'imported early'\n"
+        "assert sorted(rlpar.registered_agents()) >= ['a3c', 'impala']\n"
+        "assert 'rlpar.agents.impala' in sys.modules\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/"
+    )
+    assert proc.returncode == 0, proc.stderr
