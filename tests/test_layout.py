@@ -1,9 +1,28 @@
-"""The layout's rule, checked: each floor imports only the floors below it (README, Design)."""
+"""The layout's rules, checked.
+
+1. Each floor imports only the floors below it (README, Design): app -> bench -> runtime -> API.
+2. No import cycle among the project's modules: rlpar/, agents/ (shipped as ``rlpar.agents``),
+   envs/ (``rlpar.envs``) and examples/. Every import that can run counts, function-local
+   (lazy) ones included: a lazy import back up only hides a cycle until the function runs.
+   Only imports under ``if TYPE_CHECKING:`` are left out (they never run). Importing
+   ``a.b.c`` also runs the packages ``a.b`` and ``a`` unless the importer is inside them.
+3. No module imports another project module's ``_private`` name (``from m import _x``,
+   ``m._x``, ``import m._x``): a helper two modules share is a public name of a leaf module.
+   Other libraries' privates (``argparse._SubParsersAction`` in a type hint) are not judged.
+   Private *modules* of a package are its internals: rlpar's own (``rlpar._native``, the
+   compiled bindings, and ``rlpar._checks``) may be imported by any module shipped inside the
+   rlpar package (agents/ and envs/ included), never by examples/. The ``_`` names inside
+   ``rlpar._native`` are the bindings' own: only rlpar's API floor (``rlpar/*.py``) may touch
+   them. tests/ is not checked: a test may reach into its helpers' privates.
+"""
 
 from __future__ import annotations
 
 import ast
+import itertools
 import re
+import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -65,3 +84,197 @@ def test_the_public_init_imports_no_face() -> None:
 def test_the_native_core_knows_nothing_of_python(path: Path) -> None:
     text = path.read_text()
     assert not re.search(r"#include\s*[<\"](pybind11/|Python\.h)", text), path
+
+
+# ---------------------------------------------------------------- import cycles, private names
+
+# source folder -> the package its modules are imported as
+SOURCES = {
+    ROOT / "rlpar": "rlpar",
+    ROOT / "agents": "rlpar.agents",
+    ROOT / "envs": "rlpar.envs",
+    ROOT / "examples": "examples",
+}
+COMPILED = ("rlpar._native",)  # first-party modules without a .py file
+FIRST_PARTY = {"rlpar", "examples"}  # whose private names the rules below guard
+
+
+def _module_name(path: Path) -> str:
+    for folder, package in SOURCES.items():
+        if path.is_relative_to(folder):
+            parts = [*package.split("."), *path.relative_to(folder).with_suffix("").parts]
+            return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    raise ValueError(f"{path} is in none of {list(SOURCES)}")
+
+
+MODULES = {_module_name(p): p for folder in SOURCES for p in sorted(folder.rglob("*.py"))}
+KNOWN = set(MODULES) | set(COMPILED)
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _is_package(module: str) -> bool:
+    return module in MODULES and MODULES[module].name == "__init__.py"
+
+
+class _Import(typing.NamedTuple):
+    target: str  # the module that runs
+    name: str | None  # the name taken from it (``from target import name``), if not a module
+    line: int
+
+
+def _runtime_imports(module: str) -> tuple[list[_Import], dict[str, str]]:
+    """Every import of ``module`` that can run (not under ``if TYPE_CHECKING:``), and the local
+    names bound to modules (``alias -> module``)."""
+    package = module if _is_package(module) else module.rpartition(".")[0]
+    found: list[_Import] = []
+    aliases: dict[str, str] = {}
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                found.append(_Import(a.name, None, node.lineno))
+                if a.asname:
+                    aliases[a.asname] = a.name
+                else:  # `import a.b` binds `a`
+                    aliases[a.name.partition(".")[0]] = a.name.partition(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                if sub in KNOWN:  # `from package import module`
+                    found.append(_Import(sub, None, node.lineno))
+                    aliases[a.asname or a.name] = sub
+                else:
+                    found.append(_Import(base, a.name, node.lineno))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(MODULES[module].read_text()))
+    return found, aliases
+
+
+def _edges(module: str) -> dict[str, int]:
+    """First-party module -> line of the first import in ``module`` that runs it."""
+    out: dict[str, int] = {}
+    for imp in _runtime_imports(module)[0]:
+        parts = imp.target.split(".")
+        for i in range(1, len(parts) + 1):
+            target = ".".join(parts[:i])
+            # a package above the importer already runs; one named outright is still an edge
+            named = i == len(parts)
+            if target in MODULES and target != module:
+                if named or not module.startswith(target + "."):
+                    out.setdefault(target, imp.line)
+    return out
+
+
+def _cycles() -> list[list[str]]:
+    """A shortest cycle through each module on one (a module already shown is not a start)."""
+    graph = {m: _edges(m) for m in MODULES}
+    shown: set[str] = set()
+    cycles = []
+    for start in sorted(graph):
+        cycle = None if start in shown else _shortest_cycle(graph, start)
+        if cycle:
+            cycles.append(cycle)
+            shown.update(cycle)
+    return cycles
+
+
+def _shortest_cycle(graph: dict[str, dict[str, int]], start: str) -> list[str] | None:
+    came_from: dict[str, str | None] = {start: None}
+    queue = [start]
+    for module in queue:  # breadth first: the queue grows while it is read
+        for target in graph[module]:
+            if target == start:
+                path = [module]
+                while (before := came_from[path[-1]]) is not None:
+                    path.append(before)
+                return [*reversed(path), start]
+            if target not in came_from:
+                came_from[target] = module
+                queue.append(target)
+    return None
+
+
+def _describe(cycle: list[str]) -> str:
+    steps = [f"{a} (line {_edges(a)[b]})" for a, b in itertools.pairwise(cycle)]
+    return " -> ".join([*steps, cycle[-1]])
+
+
+def test_no_import_cycles() -> None:
+    cycles = _cycles()
+    assert not cycles, "import cycles (lazy imports count):\n" + "\n".join(map(_describe, cycles))
+
+
+def _allowed_private_module(importer: str, module: str) -> bool:
+    """``module`` (some segment private) may be imported from ``importer``: it is a private
+    module of a package that contains ``importer``."""
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if _is_private(part):
+            owner = ".".join(parts[:i])
+            if not (importer == owner or importer.startswith(owner + ".")):
+                return False
+    return True
+
+
+def _api_floor(module: str) -> bool:
+    return module in MODULES and MODULES[module].parent == PACKAGE
+
+
+def _private_uses(module: str) -> list[str]:
+    imports, aliases = _runtime_imports(module)
+    bad = []
+    for imp in [i for i in imports if i.target.partition(".")[0] in FIRST_PARTY]:
+        if not _allowed_private_module(module, imp.target):
+            bad.append(f"line {imp.line}: imports private module {imp.target}")
+        if imp.name is not None and _is_private(imp.name):
+            if not (imp.target in COMPILED and _api_floor(module)):
+                bad.append(f"line {imp.line}: from {imp.target} import {imp.name}")
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and aliases[node.value.id].partition(".")[0] in FIRST_PARTY
+            and _is_private(node.attr)
+        ):
+            target = aliases[node.value.id]
+            if not (target in COMPILED and _api_floor(module)):
+                bad.append(f"line {node.lineno}: {node.value.id}.{node.attr} ({target})")
+    return bad
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_imports_another_modules_private_name(module: str) -> None:
+    bad = _private_uses(module)
+    assert not bad, f"{MODULES[module].relative_to(ROOT)}: " + "; ".join(bad)
+
+
+def test_the_checks_see_cycles_and_private_names(tmp_path: Path, monkeypatch) -> None:
+    """The checks above, on a made-up package: they must fail where they should."""
+    files = {
+        "a.py": "def f():\n    from rlpar.fake.b import g  # lazy, still a cycle\n",
+        "b.py": "from rlpar.fake import a\nfrom rlpar.fake.c import _helper\n",
+        "c.py": "import rlpar.fake.b as b\n_helper = 1\nx = b._hidden\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    fake = {f"rlpar.fake.{Path(n).stem}": tmp_path / n for n in files}
+    monkeypatch.setattr(sys.modules[__name__], "MODULES", {**MODULES, **fake})
+    monkeypatch.setattr(sys.modules[__name__], "KNOWN", KNOWN | set(fake))
+    cycles = {frozenset(c) for c in _cycles()}
+    assert frozenset({"rlpar.fake.a", "rlpar.fake.b"}) in cycles
+    assert _private_uses("rlpar.fake.b") == ["line 2: from rlpar.fake.c import _helper"]
+    assert _private_uses("rlpar.fake.c") == ["line 3: b._hidden (rlpar.fake.b)"]

@@ -501,9 +501,7 @@ def _clean_working_dir() -> Iterator[dict[str, Any] | None]:
     import path. When that directory holds rlpar's source tree (e.g. the driver runs from a
     checkout), the workers would import it instead of the installed package and fail; then
     start them in an empty working directory instead (a Ray ``runtime_env``)."""
-    import rlpar
-
-    installed = Path(rlpar.__file__).resolve().parent
+    installed = Path(__file__).resolve().parents[1]  # this module is rlpar/runtime/ray_backend.py
     dirs = {Path.cwd(), Path(sys.argv[0]).resolve().parent if sys.argv and sys.argv[0] else None}
     if not any(d and (d / "rlpar").is_dir() and (d / "rlpar").resolve() != installed for d in dirs):
         yield None
