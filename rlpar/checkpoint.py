@@ -63,6 +63,7 @@ __all__ = [
     "CheckpointError",
     "check_signature",
     "checkpoint_path",
+    "find_checkpoint",
     "latest_checkpoint",
     "load_checkpoint",
     "net_signature",
@@ -186,6 +187,19 @@ def latest_checkpoint(directory: str | os.PathLike[str]) -> Path | None:
     """The checkpoint in ``directory`` with the most learner steps, or None if there is none."""
     found = _checkpoints(Path(directory))
     return found[-1] if found else None
+
+
+def find_checkpoint(path: str | os.PathLike[str]) -> Path:
+    """``path`` if it is not a directory; for a run directory or a checkpoints directory, its
+    newest checkpoint (`CheckpointError` if it holds none). What ``rlpar eval`` and
+    ``rlpar train --resume`` accept."""
+    path = Path(path)
+    if not path.is_dir():
+        return path
+    found = latest_checkpoint(path / "checkpoints") or latest_checkpoint(path)
+    if found is None:
+        raise CheckpointError(f"{path}: no checkpoint in this directory or its checkpoints/")
+    return found
 
 
 def prune_checkpoints(directory: str | os.PathLike[str], keep: int) -> list[Path]:

@@ -23,6 +23,7 @@ __all__ = [
     "EnvConfig",
     "EvalConfig",
     "RuntimeConfig",
+    "check_env_layout",
     "check_field_types",
     "from_dict",
     "to_dict",
@@ -169,7 +170,7 @@ class EnvConfig:
     so only one actor thread steps at a time), "async" (worker processes, see
     `workers_per_actor`: for Python envs whose step costs far more than a pipe round trip,
     on machines with cores to spare; on 2 cores MinAtar, ~10 µs a step, is faster on "sync":
-    README, Env modes), "ale"
+    docs/runtime.md, Env modes), "ale"
     (ale-py's C++ Atari vector env for ids like "ALE/Pong-v5", standard Atari preprocessing;
     `pip install "rlpar[atari]"`) or "envpool" (EnvPool's C++ envs; `pip install
     "rlpar[envpool]"`). "async", "ale" and "envpool" step with the GIL released."""
@@ -349,6 +350,31 @@ class RuntimeConfig:
     @property
     def env_steps_per_rollout(self) -> int:
         return self.unroll_length * self.envs_per_actor
+
+
+def check_env_layout(env: EnvConfig, runtime: RuntimeConfig) -> None:
+    """The [env] keys that depend on how many envs an actor steps, checked against
+    ``runtime.envs_per_actor`` (`ConfigError` naming the key), before any env is built."""
+    k = runtime.envs_per_actor
+    workers = env.workers_per_actor
+    if env.vectorization == "async" and workers is not None:
+        per_half = k // 2 if env.double_buffer else k
+        if env.double_buffer and workers % 2:
+            raise ConfigError(
+                "env.workers_per_actor: expected an even number with env.double_buffer (each "
+                f"half of an actor's envs gets half of the workers), got {workers}"
+            )
+        share = workers // 2 if env.double_buffer else workers
+        if per_half % share:
+            raise ConfigError(
+                f"env.workers_per_actor: expected a divisor of runtime.envs_per_actor ({k}"
+                f"{', halved by env.double_buffer' if env.double_buffer else ''}), got {workers}"
+            )
+    if env.double_buffer and k % 2:
+        raise ConfigError(
+            "runtime.envs_per_actor: expected an even number with env.double_buffer (two "
+            f"halves of an actor's envs), got {k}"
+        )
 
 
 EVAL_POLICIES = ("greedy", "sampled")

@@ -14,7 +14,7 @@ from tiny_agent import TinyAgent
 import rlpar
 from rlpar.config import ConfigError, EnvConfig, RuntimeConfig
 from rlpar.runtime import Runner
-from rlpar.runtime.env_modes import SplitEnvs, ale_game
+from rlpar.runtime.env_modes import SplitEnvs, ale_game, per_env_seeds
 from rlpar.runtime.envs import env_seeds, make_actor_envs
 
 
@@ -331,3 +331,34 @@ def test_the_runner_checks_its_actor_threads_once(caplog) -> None:
         assert [r.getMessage()[:16] for r in caplog.records] == ["2 actor threads "]
     finally:
         runner.close()
+
+
+@pytest.mark.parametrize(
+    ("seed", "want"),
+    [(None, None), (5, [5, 6, 7, 8]), (np.int64(5), [5, 6, 7, 8]), ([9, 1, 2, 3], [9, 1, 2, 3])],
+)
+def test_every_mode_reads_the_seeds_gymnasium_reset_accepts(seed, want) -> None:
+    assert per_env_seeds(seed, 4) == want
+
+
+@pytest.mark.parametrize("seed", [[1, 2], "7", 1.5, True, [1, 2, 3, None]])
+def test_a_seed_no_reset_accepts_names_what_was_expected(seed) -> None:
+    with pytest.raises(ValueError, match="expected None, an int or a list of 4 ints"):
+        per_env_seeds(seed, 4)
+
+
+@pytest.mark.parametrize("double_buffer", [False, True])
+def test_async_envs_take_an_int_seed_as_env_i_seeded_seed_plus_i(double_buffer) -> None:
+    cfg = EnvConfig("rlpar-test/Walk-v0", vectorization="async", workers_per_actor=2,
+                    double_buffer=double_buffer)  # fmt: skip
+    envs = make_actor_envs(cfg, 4)
+    try:
+        by_int, _ = envs.reset(seed=11)
+        by_list, _ = envs.reset(seed=[11, 12, 13, 14])
+    finally:
+        envs.close()
+    sync = make_actor_envs(EnvConfig("rlpar-test/Walk-v0"), 4)
+    want, _ = sync.reset(seed=11)
+    sync.close()
+    np.testing.assert_array_equal(by_int, by_list)
+    np.testing.assert_array_equal(by_int, want)

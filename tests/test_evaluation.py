@@ -17,9 +17,11 @@ from tiny_agent import TinyAgent
 
 import rlpar
 from rlpar.app.experiment import experiment_from_dict, load_experiment
+from rlpar.checkpoint import load_checkpoint
 from rlpar.config import ConfigError, EnvConfig, EvalConfig
 from rlpar.runtime import Runner
 from rlpar.runtime import runner as runner_module
+from rlpar.runtime.evaluation import EvaluationError, evaluation_env
 
 
 class GreedyTiny(TinyAgent):
@@ -154,6 +156,52 @@ def test_an_evaluator_failure_stops_the_run_and_is_reraised(monkeypatch) -> None
     assert len(rlpar_threads()) == before
 
 
+class BreaksInEvaluation(gym.Env):
+    """Plays like a one-step env, except that the copies made on the evaluator thread fail to
+    reset (what an env mode's evaluation-only bug looks like)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.broken = threading.current_thread().name == "rlpar-evaluator"
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if self.broken:
+            raise OSError("the evaluation env broke")
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 1.0, True, False, {}
+
+
+gym.register("rlpar-test/BreaksInEvaluation-v0", BreaksInEvaluation)
+
+
+def test_an_env_failing_in_evaluation_names_the_mode_and_call_and_keeps_the_training(
+    tmp_path,
+) -> None:
+    ev = EvalConfig(episodes=0, check_target=False, interval_env_steps=1)
+    runner = Runner(
+        TinyAgent(),
+        EnvConfig("rlpar-test/BreaksInEvaluation-v0"),
+        small_runtime(total_env_steps=10**9, max_wall_s=60.0),
+        checkpoint_dir=tmp_path,
+        evaluation=ev,
+    )
+    with pytest.raises(EvaluationError) as info:
+        runner.run()
+    message = str(info.value)
+    assert "'rlpar-test/BreaksInEvaluation-v0'" in message
+    assert "env.vectorization = 'sync'" in message
+    assert "in envs.reset(seed=" in message and "the evaluation env broke" in message
+    assert isinstance(info.value.__cause__, OSError)
+    (saved,) = tmp_path.glob("ckpt-*.rlpar")
+    assert any(str(saved) in note for note in info.value.__notes__)
+    assert load_checkpoint(saved).counters["learner_steps"] == runner.state.steps
+
+
 @pytest.mark.parametrize(
     ("table", "match"),
     [
@@ -210,3 +258,18 @@ def test_deterministic_runs_with_evaluation_still_stop_at_their_step_budget() ->
     assert result.stopped_by == "total_env_steps"
     assert result.learner_steps == -(-600 // (2 * 5 * 3))
     assert result.evaluation is not None and result.evaluation[0]["episodes"] == 2
+
+
+@pytest.mark.parametrize(
+    ("train", "num_envs", "want"),
+    [
+        (EnvConfig(vectorization="async", workers_per_actor=2), 1, (None, False)),
+        (EnvConfig(vectorization="async", workers_per_actor=2), 4, (2, False)),
+        (EnvConfig(vectorization="async", workers_per_actor=2, double_buffer=True), 4, (2, False)),
+        (EnvConfig(vectorization="ale", double_buffer=True), 3, (None, False)),
+    ],
+)
+def test_evaluation_envs_do_not_inherit_the_training_layout(train, num_envs, want) -> None:
+    env = evaluation_env(train, num_envs)
+    assert (env.workers_per_actor, env.double_buffer) == want
+    assert (env.id, env.vectorization, env.kwargs) == (train.id, train.vectorization, train.kwargs)

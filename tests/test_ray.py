@@ -485,3 +485,15 @@ def test_bench_ray_prints_both_backends() -> None:
     for key in ("env_steps_per_s", "policy_lag_mean"):
         assert set(result[key]) == {"threads", "ray"}
     assert min(result["env_steps_per_s"].values()) > 0
+
+
+@pytest.mark.parametrize("lstm", [False, True], ids=["ff", "lstm"])
+def test_the_env_mode_matrix_cell_on_ray(cluster, tmp_path, lstm) -> None:
+    """tests/test_env_mode_matrix.py's cell on the Ray backend: train with an evaluation
+    during the run, `rlpar eval RUN_DIR`, `rlpar train --resume RUN_DIR`."""
+    from test_env_mode_matrix import train_evaluate_resume, write_config
+
+    ray_keys = f'backend = "ray"\nray_address = "{cluster.address}"'
+    config = write_config(tmp_path, "sync", lstm, steps=2000, runtime=ray_keys)
+    with deadline(180):
+        train_evaluate_resume(config)

@@ -17,11 +17,11 @@ import gymnasium as gym
 from rlpar.app.experiment import experiment_from_dict
 from rlpar.app.train import load_env_plugins
 from rlpar.app.trust import checkpoint_config
-from rlpar.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, net_signature
+from rlpar.checkpoint import CheckpointError, find_checkpoint, load_checkpoint, net_signature
 from rlpar.config import ConfigError
 from rlpar.nn import Net
 from rlpar.runtime.envs import make_actor_envs
-from rlpar.runtime.evaluation import Evaluation, evaluate_policy
+from rlpar.runtime.evaluation import Evaluation, evaluate_policy, evaluation_env
 
 __all__ = ["EvalResult", "evaluate", "find_checkpoint"]
 
@@ -74,7 +74,7 @@ def evaluate(
         raise CheckpointError(f"{path}: its config cannot rebuild the run: {err}") from None
     agent = exp.make_agent()
     try:
-        envs = make_actor_envs(exp.env, 1)
+        envs = make_actor_envs(evaluation_env(exp.env, 1), 1)
     except (TypeError, gym.error.Error) as err:  # the env's or make_vec's view of env.kwargs
         raise CheckpointError(
             f"{path}: env {exp.env.id!r} cannot be built with env.kwargs {exp.env.kwargs}: {err}"
@@ -95,15 +95,3 @@ def evaluate(
         trained_env_steps=int(ckpt.counters.get("env_steps", 0)),
         trained_learner_steps=int(ckpt.counters.get("learner_steps", 0)),
     )
-
-
-def find_checkpoint(path: str | Path) -> Path:
-    """``path`` if it is a file; for a run directory or a checkpoints directory, its newest
-    checkpoint."""
-    path = Path(path)
-    if not path.is_dir():
-        return path
-    found = latest_checkpoint(path / "checkpoints") or latest_checkpoint(path)
-    if found is None:
-        raise CheckpointError(f"{path}: no checkpoint in this directory or its checkpoints/")
-    return found

@@ -83,7 +83,8 @@ class Training:
         except BaseException:
             shutil.rmtree(self.run_dir, ignore_errors=True)
             raise
-        resumed = f"\n# resumed from {Path(resume).resolve()}" if resume is not None else ""
+        source = self.runner.resumed_from
+        resumed = f"\n# resumed from {source.resolve()}" if source is not None else ""
         (self.run_dir / "config.toml").write_text(
             f"# The resolved config of this run: `rlpar train config.toml` repeats it.{resumed}\n"
             + to_toml(self.config),

@@ -39,6 +39,7 @@ __all__ = [
     "SplitEnvs",
     "StepResult",
     "gil_bound_warning",
+    "per_env_seeds",
     "takes_env_seeds",
 ]
 
@@ -46,6 +47,26 @@ log = logging.getLogger("rlpar")
 
 #: (obs [K, *obs_shape], reward float64 [K], terminated bool [K], truncated bool [K])
 StepResult = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def per_env_seeds(seed: Any, num_envs: int) -> list[int] | None:
+    """The seeds of ``num_envs`` envs from what gymnasium's vector ``reset`` accepts: None
+    (unseeded), one int ``s`` (env i gets ``s + i``, gymnasium's convention) or one int per env.
+    Every env mode's ``reset`` reads its ``seed`` through this."""
+    if seed is None:
+        return None
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        return [int(seed) + i for i in range(num_envs)]
+    if isinstance(seed, (list, tuple, np.ndarray)):
+        seeds = list(seed)
+        if len(seeds) == num_envs and all(
+            isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in seeds
+        ):
+            return [int(s) for s in seeds]
+    raise ValueError(
+        f"reset seed: expected None, an int or a list of {num_envs} ints (one per env), "
+        f"got {seed!r}"
+    )
 
 
 def takes_env_seeds(envs: VectorEnv) -> bool:
@@ -209,7 +230,7 @@ class GroupedAsyncEnvs(_SendRecv):
         self.dead = False
 
     def reset(self, *, seed: Any = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
-        seeds = list(seed) if isinstance(seed, (list, tuple, np.ndarray)) else None
+        seeds = per_env_seeds(seed, self.num_envs)
         try:
             out, _ = self.async_envs.reset(options={"seeds": seeds})
         except (EOFError, ConnectionError) as e:
@@ -340,12 +361,8 @@ class AleEnvs(_SendRecv):
     def reset(self, *, seed: Any = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         # ale-py takes an int array, one C int per env: an int seed s seeds env i with s + i
         # (gymnasium's convention); rlpar's 32-bit unsigned seeds are folded into C int range.
-        seeds: np.ndarray | None = None
-        if seed is not None:
-            each = np.asarray(seed, np.int64)
-            if each.ndim == 0:
-                each = each + np.arange(self.num_envs)
-            seeds = each % (1 << 31)
+        each = per_env_seeds(seed, self.num_envs)
+        seeds = None if each is None else np.asarray(each, np.int64) % (1 << 31)
         obs, _ = self.env.reset(seed=seeds)
         return _channels_last(obs), {}
 
@@ -430,10 +447,10 @@ class EnvPoolEnvs(_SendRecv):
         )
 
     def reset(self, *, seed: Any = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
-        if seed is not None:
+        seeds = per_env_seeds(seed, self.num_envs)
+        if seeds is not None:
             self.pool.close()
-            first = seed[0] if isinstance(seed, (list, tuple, np.ndarray)) else seed
-            self.pool = self._make(seed=int(first) % (1 << 31))
+            self.pool = self._make(seed=seeds[0] % (1 << 31))
         obs, info = self.pool.reset()
         return self._obs(obs, info["env_id"]), {}
 
@@ -489,8 +506,9 @@ class SplitEnvs(VectorEnv):
         self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
 
     def reset(self, *, seed: Any = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        seeds = per_env_seeds(seed, self.num_envs)
         obs = [
-            h.reset(seed=list(seed[c]) if seed is not None else None)[0]  # type: ignore[arg-type]
+            h.reset(seed=None if seeds is None else seeds[c])[0]
             for h, c in zip(self.halves, self.cols, strict=True)
         ]
         return np.concatenate(obs), {}

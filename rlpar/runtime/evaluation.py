@@ -13,6 +13,7 @@ way "the first N to finish" would favour them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from dataclasses import asdict, dataclass
@@ -21,12 +22,12 @@ from typing import Any
 import numpy as np
 
 from rlpar.agent import Agent
-from rlpar.config import EnvConfig
+from rlpar.config import ConfigError, EnvConfig
 from rlpar.nn import Net
 from rlpar.runtime.envs import ActionAdapter, make_actor_envs
 from rlpar.snapshot import Snapshot, SnapshotStore
 
-__all__ = ["Evaluation", "eval_seed", "evaluate_policy"]
+__all__ = ["Evaluation", "EvaluationError", "eval_seed", "evaluate_policy", "evaluation_env"]
 
 log = logging.getLogger("rlpar")
 
@@ -65,6 +66,19 @@ def eval_seed(seed: int, *key: int) -> int:
     return int(np.random.SeedSequence([seed, _EVAL_STREAM, *key]).generate_state(1)[0])
 
 
+def evaluation_env(env: EnvConfig, num_envs: int) -> EnvConfig:
+    """The env config evaluation steps ``num_envs`` envs with: the training config's env (id,
+    kwargs, setup, vectorization), without the training layout's choices that need a given
+    number of envs: no double buffering (evaluation steps all of its envs together), and the
+    default worker count unless ``workers_per_actor`` divides ``num_envs``."""
+    workers = env.workers_per_actor
+    if workers is not None and num_envs % workers:
+        workers = None
+    if workers == env.workers_per_actor and not env.double_buffer:
+        return env
+    return dataclasses.replace(env, workers_per_actor=workers, double_buffer=False)
+
+
 def evaluate_policy(
     agent: Agent,
     net: Net,
@@ -92,11 +106,23 @@ def evaluate_policy(
         raise ValueError(f"episodes: expected an integer >= 1, got {episodes!r}")
     if isinstance(max_envs, bool) or not isinstance(max_envs, int) or max_envs < 1:
         raise ValueError(f"max_envs: expected an integer >= 1, got {max_envs!r}")
-    envs = make_actor_envs(env, min(episodes, max_envs))
+    num_envs = min(episodes, max_envs)
+    stage = ["building the envs (make_actor_envs)"]
     try:
-        played = _play(envs, net, params, agent, episodes, greedy, seed, stop)
-    finally:
+        envs = make_actor_envs(evaluation_env(env, num_envs), num_envs)
+        try:
+            played = _play(envs, net, params, agent, episodes, greedy, seed, stop, stage)
+        except BaseException:
+            envs.close()
+            raise
+        stage[0] = "closing the envs"
         envs.close()
+    except (ConfigError, TypeError, ValueError) as e:
+        if stage[0].startswith("building"):
+            raise  # the config's or the env's own word on bad input, as training gives it
+        raise EvaluationError(_failed(env, num_envs, stage[0], e)) from e
+    except Exception as e:
+        raise EvaluationError(_failed(env, num_envs, stage[0], e)) from e
     if played is None:
         return None
     returns, lengths, policy = played
@@ -115,6 +141,18 @@ def evaluate_policy(
     )
 
 
+class EvaluationError(RuntimeError):
+    """An evaluation failed: its message names the env, its mode and the call that raised
+    (the original exception is its ``__cause__``)."""
+
+
+def _failed(env: EnvConfig, num_envs: int, stage: str, error: BaseException) -> str:
+    return (
+        f"evaluation of {env.id!r} failed (env.vectorization = {env.vectorization!r}, "
+        f"{num_envs} envs) in {stage}: {type(error).__name__}: {error}"
+    )
+
+
 def _play(
     envs: Any,
     net: Net,
@@ -124,10 +162,11 @@ def _play(
     greedy: bool,
     seed: int,
     stop: threading.Event | None,
+    stage: list[str],
 ) -> tuple[list[float], list[int], str] | None:
     """Step all K envs together until each has finished its quota of episodes (None: ``stop``
     was set first). The envs autoreset on the step after an episode ends (that step's reward
-    is not the episode's)."""
+    is not the episode's). ``stage[0]`` names the call in progress, for the error message."""
     k = envs.num_envs
     quota = np.array([episodes // k + (i < episodes % k) for i in range(k)])
     finished = np.zeros(k, np.int64)
@@ -149,19 +188,24 @@ def _play(
         store = SnapshotStore(net.num_params, num_slots=3)
         store.publish(params)
         params = store.pin()
+    stage[0] = f"envs.reset(seed={seed})"
     obs, _ = envs.reset(seed=seed)
     while (finished < quota).any():
         if stop is not None and stop.is_set():
             return None
+        stage[0] = "net.forward"
         out = net.forward(params, np.asarray(obs, dtype), **core)
         if policy == "greedy":
+            stage[0] = "agent.greedy"
             try:
                 actions = agent.greedy(net, out)
             except NotImplementedError as e:
                 log.warning("%s: sampling actions instead", e)
                 policy = "sampled"
         if policy == "sampled":
+            stage[0] = "agent.act"
             actions = agent.act(net, out, rng)
+        stage[0] = "envs.step"
         obs, reward, terminated, truncated, _ = envs.step(adapter.to_env(actions))
         valid = ~prev_done
         np.logical_not(valid, out=starts)

@@ -32,12 +32,13 @@ from rlpar.checkpoint import (
     Checkpoint,
     check_signature,
     checkpoint_path,
+    find_checkpoint,
     load_checkpoint,
     net_signature,
     prune_checkpoints,
     save_checkpoint,
 )
-from rlpar.config import EnvConfig, EvalConfig, RuntimeConfig, to_dict
+from rlpar.config import EnvConfig, EvalConfig, RuntimeConfig, check_env_layout, to_dict
 from rlpar.nn import Net
 from rlpar.parallel import ShardPool
 from rlpar.runtime.actor import Actor
@@ -137,7 +138,8 @@ class RunResult:
 class Runner:
     """One actor-learner run. Build it (errors in the config, env or agent surface here), then
     call `run` once. ``checkpoint_dir``: where checkpoints go (None: none are written);
-    ``resume``: a checkpoint file to continue from; ``evaluation``: how the policy is evaluated
+    ``resume``: a checkpoint file to continue from, or a run directory (its newest checkpoint;
+    `resumed_from` names the file); ``evaluation``: how the policy is evaluated
     during training, to confirm the target return and at the end (None: never).
 
     After `run`, `params` holds the final parameters (those of the final checkpoint)."""
@@ -154,6 +156,7 @@ class Runner:
         evaluation: EvalConfig | None = None,
     ) -> None:
         _check_types(agent=agent, env=env, runtime=runtime)
+        check_env_layout(env, runtime)
         if evaluation is not None and not isinstance(evaluation, EvalConfig):
             raise TypeError(
                 f"Runner evaluation must be an rlpar.EvalConfig or None, "
@@ -172,7 +175,12 @@ class Runner:
         self._envs: list[Any] = []
         self.ray: RayActors | None = None  # backend "ray": its actor processes
 
+        # A run or checkpoints directory resumes from its newest checkpoint.
+        self.resumed_from = find_checkpoint(resume) if resume is not None else None
+        resume = self.resumed_from
         resumed = load_checkpoint(resume) if resume is not None else None
+        if resume is not None:
+            log.info("resuming from %s", resume)
         self._generation = int(resumed.counters.get("generation", 0)) + 1 if resumed else 0
         try:
             self._build_net_and_actors(resumed, resume)
@@ -443,11 +451,16 @@ class Runner:
     def _raise_first_error(self, learner_alive: bool) -> None:
         name, exc = self._errors[0]
         # The learner's state is whole unless the learner itself failed (or is stuck).
+        saved = None
         if name != "learner" and not learner_alive:
-            self._save_checkpoint()
+            saved = self._save_checkpoint()
         self.close()
+        note = f"(raised in rlpar thread {name!r}; the run was stopped"
+        note += f", its final checkpoint is {saved})" if saved is not None else ")"
+        if saved is not None:
+            log.error("rlpar thread %r failed; the final checkpoint is %s", name, saved)
         if hasattr(exc, "add_note"):
-            exc.add_note(f"(raised in rlpar thread {name!r}; the run was stopped)")
+            exc.add_note(note)
         raise exc
 
     def _result(
