@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import itertools
 import re
+import subprocess
 import sys
 import typing
 from pathlib import Path
@@ -278,3 +279,21 @@ def test_the_checks_see_cycles_and_private_names(tmp_path: Path, monkeypatch) ->
     assert frozenset({"rlpar.fake.a", "rlpar.fake.b"}) in cycles
     assert _private_uses("rlpar.fake.b") == ["line 2: from rlpar.fake.c import _helper"]
     assert _private_uses("rlpar.fake.c") == ["line 3: b._hidden (rlpar.fake.b)"]
+
+
+def test_rlpar_train_imports_no_benchmark_code(tmp_path: Path) -> None:
+    """The command line imports a benchmark only to run it: ``rlpar train`` (its help, and a
+    run that gets as far as reading the experiment file) leaves rlpar.bench unimported."""
+    code = (
+        "import sys\n"
+        "from rlpar.app.cli import main\n"
+        "assert main(['train', '--help']) == 0\n"
+        "assert main(['train', 'missing.toml']) == 2\n"
+        "print(sorted(m for m in sys.modules if m.startswith('rlpar.bench')))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+    assert "no such experiment file" in proc.stderr

@@ -20,14 +20,17 @@ lists every subcommand in one place::
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import sys
 from collections.abc import Callable
-
-from rlpar.bench import net as bench
+from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["build_parser", "main"]
+
+_JSON_HELP = "print one JSON object on the last line of stdout"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +61,84 @@ def build_parser() -> argparse.ArgumentParser:
 # ------------------------------------------------------------------------------------- bench
 
 
+@dataclass(frozen=True)
+class _Bench:
+    """One ``rlpar bench`` subcommand. ``measure`` and ``table`` are "module:function" in
+    `rlpar.bench`, imported only when the subcommand runs (``rlpar train`` imports no
+    benchmark code); ``table=None`` prints the result as indented JSON."""
+
+    name: str
+    help: str
+    description: str
+    measure: str
+    table: str | None = None
+    threads: bool = False  # takes --threads N,N,.. (passed as the first argument)
+
+
+_BENCHES = (
+    _Bench(
+        "net",
+        "native net vs numpy and torch twins, thread scaling, training step",
+        "Forward latency of the native net against numpy and torch twins with the same "
+        "weights (an MLP and a Nature-DQN conv net), forwards/s of 1 and 2 Python threads with "
+        "the GIL released or held, and one RMSProp training step against torch. torch entries "
+        "appear only when torch is installed. Takes about a minute.",
+        "net:bench_net",
+        "net:format_net",
+    ),
+    _Bench(
+        "snapshot",
+        "snapshot store: pin/unpin cost, publish vs memcpy",
+        "Pin + unpin while another thread publishes, and publish against a plain memcpy of the "
+        "same size (timed natively), plus a pin + release from Python.",
+        "net:bench_snapshot",
+        "net:format_snapshot",
+    ),
+    _Bench(
+        "gil",
+        "from which batch size releasing the GIL pays off",
+        "For the MLP at batches 1..64: forwards/s of 1 and 2 Python threads with the GIL "
+        "released and held, to set the release threshold (rlpar.set_gil_release_threshold) "
+        "from data. Takes about half a minute.",
+        "net:bench_gil_threshold",
+        "net:format_gil_threshold",
+    ),
+    _Bench(
+        "runtime",
+        "env steps/s of the actor/learner runtime",
+        "gymnasium CartPole-v1 with the IMPALA mlp policy: env steps/s with 1 and 2 actor "
+        "threads, the learner idle and busy training. Takes about 40 s.",
+        "runtime:bench_runtime",
+    ),
+    _Bench(
+        "envs",
+        "native envs vs gymnasium (and EnvPool when installed)",
+        "64 CartPoles: env-only stepping of rlpar's native envs, gymnasium and EnvPool (when "
+        "importable), and actor loops with 1 and 2 threads on Python envs, native envs and the "
+        "fused native unroll.",
+        "envs:bench_envs",
+    ),
+    _Bench(
+        "ray",
+        "env steps/s and policy lag: threads vs Ray backend (needs rlpar[ray])",
+        "cartpole_impala with the same number of actors on the threads backend and on a local "
+        "Ray instance (127.0.0.1 only): env steps/s and mean policy lag.",
+        "ray:bench_ray",
+    ),
+    _Bench(
+        "scaling",
+        "throughput at 1, 2, 4, ... threads: net forward, snapshot pins, actors, runtime",
+        "For each thread count: forwards/s of threads sharing one net (GIL released), snapshot "
+        "pins/s of native readers while one thread publishes, env steps/s of actor threads on "
+        "Python and fused native envs, and of the whole runtime with that many actors. Takes "
+        "about 30 s per thread count with the default budget.",
+        "scaling:bench_scaling",
+        "scaling:format_scaling",
+        threads=True,
+    ),
+)
+
+
 def _add_bench(commands: argparse._SubParsersAction) -> None:
     bench_parser = commands.add_parser(
         "bench",
@@ -68,162 +149,48 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
     benches = bench_parser.add_subparsers(
         dest="bench", required=True, metavar="BENCH", title="benchmarks"
     )
-    _add_bench_net(benches)
-    _add_bench_snapshot(benches)
-    _add_bench_gil(benches)
-    _add_bench_runtime(benches)
-    _add_bench_envs(benches)
-    _add_bench_ray(benches)
-    _add_bench_scaling(benches)
+    for bench in _BENCHES:
+        p = benches.add_parser(bench.name, help=bench.help, description=bench.description)
+        if bench.threads:
+            p.add_argument(
+                "--threads",
+                default="1,2,4,8,16",
+                metavar="N,N,..",
+                help="thread counts to measure (default 1,2,4,8,16)",
+            )
+        p.add_argument("--json", action="store_true", help=_JSON_HELP)
+        p.add_argument(
+            "--quick",
+            action="store_true",
+            help="tiny repeat counts: checks that it runs, not speed",
+        )
+        p.set_defaults(run=_run_bench, bench_entry=bench)
 
 
-def _bench_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--json", action="store_true", help="print one JSON object on the last line of stdout"
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help="tiny repeat counts: checks that it runs, not speed"
-    )
+def _bench_function(ref: str) -> Callable[..., Any]:
+    module, _, function = ref.partition(":")
+    return getattr(importlib.import_module(f"rlpar.bench.{module}"), function)
 
 
-def _add_bench_net(benches: argparse._SubParsersAction) -> None:
-    p = benches.add_parser(
-        "net",
-        help="native net vs numpy and torch twins, thread scaling, training step",
-        description="Forward latency of the native net against numpy and torch twins with the "
-        "same weights (an MLP and a Nature-DQN conv net), forwards/s of 1 and 2 Python threads "
-        "with the GIL released or held, and one RMSProp training step against torch. torch "
-        "entries appear only when torch is installed. Takes about a minute.",
-    )
-    _bench_options(p)
-    p.set_defaults(run=_run_bench_net)
-
-
-def _run_bench_net(args: argparse.Namespace) -> int:
-    return _report(bench.bench_net(quick=args.quick), bench.format_net, args.json)
-
-
-def _add_bench_snapshot(benches: argparse._SubParsersAction) -> None:
-    p = benches.add_parser(
-        "snapshot",
-        help="snapshot store: pin/unpin cost, publish vs memcpy",
-        description="Pin + unpin while another thread publishes, and publish against a plain "
-        "memcpy of the same size (timed natively), plus a pin + release from Python.",
-    )
-    _bench_options(p)
-    p.set_defaults(run=_run_bench_snapshot)
-
-
-def _run_bench_snapshot(args: argparse.Namespace) -> int:
-    return _report(bench.bench_snapshot(quick=args.quick), bench.format_snapshot, args.json)
-
-
-def _add_bench_gil(benches: argparse._SubParsersAction) -> None:
-    p = benches.add_parser(
-        "gil",
-        help="from which batch size releasing the GIL pays off",
-        description="For the MLP at batches 1..64: forwards/s of 1 and 2 Python threads with the "
-        "GIL released and held, to set the release threshold "
-        "(rlpar.set_gil_release_threshold) from data. Takes about half a minute.",
-    )
-    _bench_options(p)
-    p.set_defaults(run=_run_bench_gil)
-
-
-def _run_bench_gil(args: argparse.Namespace) -> int:
-    return _report(
-        bench.bench_gil_threshold(quick=args.quick), bench.format_gil_threshold, args.json
-    )
-
-
-def _add_bench_runtime(benches: argparse._SubParsersAction) -> None:
-    p = benches.add_parser(
-        "runtime",
-        help="env steps/s of the actor/learner runtime",
-        description="gymnasium CartPole-v1 with the IMPALA mlp policy: env steps/s with 1 and 2 "
-        "actor threads, the learner idle and busy training. Takes about 40 s.",
-    )
-    _bench_options(p)
-    p.set_defaults(run=_run_bench_runtime)
-
-
-def _run_bench_runtime(args: argparse.Namespace) -> int:
-    from rlpar.bench.runtime import bench_runtime
-
-    return _report(bench_runtime(quick=args.quick), _json_table, args.json)
-
-
-def _add_bench_envs(benches: argparse._SubParsersAction) -> None:
-    p = benches.add_parser(
-        "envs",
-        help="native envs vs gymnasium (and EnvPool when installed)",
-        description="64 CartPoles: env-only stepping of rlpar's native envs, gymnasium and "
-        "EnvPool (when importable), and actor loops with 1 and 2 threads on Python envs, "
-        "native envs and the fused native unroll.",
-    )
-    _bench_options(p)
-    p.set_defaults(run=_run_bench_envs)
-
-
-def _run_bench_envs(args: argparse.Namespace) -> int:
-    from rlpar.bench.envs import bench_envs
-
-    return _report(bench_envs(quick=args.quick), _json_table, args.json)
-
-
-def _add_bench_ray(benches: argparse._SubParsersAction) -> None:
-    p = benches.add_parser(
-        "ray",
-        help="env steps/s and policy lag: threads vs Ray backend (needs rlpar[ray])",
-        description="cartpole_impala with the same number of actors on the threads backend and "
-        "on a local Ray instance (127.0.0.1 only): env steps/s and mean policy lag.",
-    )
-    _bench_options(p)
-    p.set_defaults(run=_run_bench_ray)
-
-
-def _run_bench_ray(args: argparse.Namespace) -> int:
-    from rlpar.bench.ray import bench_ray
-
-    return _report(bench_ray(quick=args.quick), _json_table, args.json)
-
-
-def _add_bench_scaling(benches: argparse._SubParsersAction) -> None:
-    p = benches.add_parser(
-        "scaling",
-        help="throughput at 1, 2, 4, ... threads: net forward, snapshot pins, actors, runtime",
-        description="For each thread count: forwards/s of threads sharing one net (GIL "
-        "released), snapshot pins/s of native readers while one thread publishes, env steps/s "
-        "of actor threads on Python and fused native envs, and of the whole runtime with that "
-        "many actors. Takes about 30 s per thread count with the default budget.",
-    )
-    p.add_argument(
-        "--threads",
-        default="1,2,4,8,16",
-        metavar="N,N,..",
-        help="thread counts to measure (default 1,2,4,8,16)",
-    )
-    _bench_options(p)
-    p.set_defaults(run=_run_bench_scaling)
-
-
-def _run_bench_scaling(args: argparse.Namespace) -> int:
-    from rlpar.bench.scaling import bench_scaling, format_scaling, parse_threads
-
-    try:
-        threads = parse_threads(args.threads)
-    except ValueError as exc:
-        print(f"rlpar bench scaling: --threads: {exc}", file=sys.stderr)
-        return 2
-    return _report(bench_scaling(threads, quick=args.quick), format_scaling, args.json)
-
-
-def _json_table(result: dict) -> str:
-    return json.dumps(result, indent=2)
-
-
-def _report(result: dict, table: Callable[[dict], str], as_json: bool) -> int:
-    print(json.dumps(result) if as_json else table(result))
+def _run_bench(args: argparse.Namespace) -> int:
+    bench: _Bench = args.bench_entry
+    measure = _bench_function(bench.measure)
+    if bench.threads:
+        parse_threads = _bench_function(f"{bench.measure.partition(':')[0]}:parse_threads")
+        try:
+            threads = parse_threads(args.threads)
+        except ValueError as exc:
+            print(f"rlpar bench {bench.name}: --threads: {exc}", file=sys.stderr)
+            return 2
+        result = measure(threads, quick=args.quick)
+    else:
+        result = measure(quick=args.quick)
+    if args.json:
+        print(json.dumps(result))
+    elif bench.table is None:
+        print(json.dumps(result, indent=2))
+    else:
+        print(_bench_function(bench.table)(result))
     return 0
 
 
@@ -376,9 +343,7 @@ def _add_eval(commands: argparse._SubParsersAction) -> None:
         "call a function in it; what it runs is printed first). Without this, a hook comes "
         "only from you: --set env.setup=... or a run directory's config.toml",
     )
-    p.add_argument(
-        "--json", action="store_true", help="print one JSON object on the last line of stdout"
-    )
+    p.add_argument("--json", action="store_true", help=_JSON_HELP)
     p.set_defaults(run=_run_eval)
 
 
@@ -418,9 +383,7 @@ def _add_agents(commands: argparse._SubParsersAction) -> None:
         description="Every registered agent (built-in, entry point or register_agent) with "
         "where it comes from and each key of its [agent] table: type, default and meaning.",
     )
-    p.add_argument(
-        "--json", action="store_true", help="print one JSON object on the last line of stdout"
-    )
+    p.add_argument("--json", action="store_true", help=_JSON_HELP)
     p.set_defaults(run=_run_agents)
 
 
