@@ -1,9 +1,12 @@
-"""examples/: each file runs as a user would run it, and the README shows them as they are."""
+"""examples/: each file runs as a user would run it, and the README and docs/ show them (and the
+experiment file docs/cli.md walks through) as they are."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +19,7 @@ from rlpar import registry
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "custom_agent.py"
 RECURRENT = ROOT / "examples" / "recurrent_agent.py"
+ENV_EXAMPLE = ROOT / "examples" / "custom_env.py"
 
 
 def _load_example():
@@ -26,14 +30,20 @@ def _load_example():
     return module
 
 
-@pytest.mark.parametrize(
-    ("marker", "path"), [("custom-agent", EXAMPLE), ("recurrent-agent", RECURRENT)]
-)
-def test_the_readme_shows_the_example_as_it_is(marker: str, path: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
-    match = re.search(rf"<!-- {marker} -->\n```python\n(.*?)```", readme, re.S)
-    assert match, f"the README lost its {marker} example"
-    assert match.group(1) == path.read_text()
+SHOWN = [
+    ("README.md", "custom-agent", EXAMPLE),
+    ("README.md", "custom-env", ENV_EXAMPLE),
+    ("docs/agents.md", "recurrent-agent", RECURRENT),
+    ("docs/cli.md", "cartpole-impala", ROOT / "experiments" / "cartpole_impala.toml"),
+]
+
+
+@pytest.mark.parametrize(("page", "marker", "path"), SHOWN, ids=[m for _, m, _ in SHOWN])
+def test_the_docs_show_the_file_as_it_is(page: str, marker: str, path: Path) -> None:
+    text = (ROOT / page).read_text()
+    blocks = re.findall(rf"<!-- {marker} -->\n```\w+\n(.*?)```", text, re.S)
+    assert len(blocks) == 1, f"{page} should show {path.name} once, after <!-- {marker} -->"
+    assert blocks[0] == path.read_text()
 
 
 @pytest.mark.parametrize("path", [EXAMPLE, RECURRENT], ids=["feed-forward", "recurrent"])
@@ -43,6 +53,36 @@ def test_the_example_runs_as_a_script(path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert re.fullmatch(r"window mean return -?[\d.]+ after \d+ env steps\n", proc.stdout)
+
+
+def test_the_env_example_runs_as_a_script_and_its_policy_walks_the_corridor() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ENV_EXAMPLE)], capture_output=True, text=True, timeout=300, cwd="/"
+    )
+    assert proc.returncode == 0, proc.stderr
+    match = re.fullmatch(r"evaluated return (-?[\d.]+) \(best possible: 0\.94\)\n", proc.stdout)
+    assert match, proc.stdout
+    assert float(match.group(1)) > 0.9  # walking right at once; a random walk scores below 0
+
+
+def test_the_env_example_trains_from_an_experiment_file_beside_it(tmp_path: Path) -> None:
+    """As the README says: a config beside custom_env.py names its register function, and
+    `rlpar train` runs from another folder."""
+    folder = tmp_path / "corridor"
+    folder.mkdir()
+    shutil.copy(ENV_EXAMPLE, folder / "custom_env.py")
+    (folder / "corridor.toml").write_text(
+        '[agent]\nname = "impala"\n\n[env]\nid = "Corridor-v0"\nsetup = "custom_env:register"\n\n'
+        "[runtime]\nnum_actors = 1\nenvs_per_actor = 8\ntotal_env_steps = 5_000\n\n"
+        "[eval]\nepisodes = 8\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlpar", "train", "corridor/corridor.toml", "--json", "--quiet",
+         "--logdir", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1])["evaluation"][0]["episodes"] == 8
 
 
 def test_the_recurrent_example_remembers_in_a_fixed_step_budget(monkeypatch) -> None:

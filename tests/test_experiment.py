@@ -1,5 +1,5 @@
 """Experiment files: loading, validation messages, ``--set`` overrides, TOML round trips, and the
-README's generated reference staying in sync with the code."""
+generated reference in docs/ staying in sync with the code."""
 
 from __future__ import annotations
 
@@ -20,12 +20,16 @@ from rlpar.app.experiment import (
     tomllib,  # the stdlib's, or tomli before Python 3.11
 )
 from rlpar.app.reference import (
+    DOCUMENTS,
+    SECTIONS,
     agent_reference,
     config_reference,
     describe,
     flat_keys,
     format_agents,
-    render_readme,
+    main,
+    render_sections,
+    sections_in,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -200,7 +204,7 @@ def test_every_config_key_has_a_docstring() -> None:
     classes += [entry.config for entry in rlpar.registered_agents().values()]
     for cls in classes:
         for key in flat_keys(cls):
-            assert key.doc, f"{cls.__name__}.{key.name} has no docstring (the README needs one)"
+            assert key.doc, f"{cls.__name__}.{key.name} has no docstring (docs/config.md needs one)"
 
 
 def test_describe_reports_types_and_defaults() -> None:
@@ -213,15 +217,41 @@ def test_describe_reports_types_and_defaults() -> None:
     assert net["net.conv"].type == "list of [int, int, int]"
 
 
-def test_the_readme_reference_sections_match_the_code() -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert render_readme(readme) == readme, (
-        "README's generated sections are stale: run `python -P -m rlpar.app.reference README.md`"
+@pytest.mark.parametrize(("document", "names"), DOCUMENTS.items())
+def test_the_generated_doc_sections_match_the_code(document: str, names: tuple[str]) -> None:
+    text = (ROOT / document).read_text()
+    assert sections_in(text) == list(names)  # each section in one place, where it belongs
+    assert render_sections(text, names) == text, (
+        f"{document}'s generated sections are stale: run "
+        f"`python -P -m rlpar.app.reference {' '.join(DOCUMENTS)}`"
     )
+
+
+def test_every_generated_section_lives_in_a_document() -> None:
+    placed = [name for names in DOCUMENTS.values() for name in names]
+    assert sorted(placed) == sorted(SECTIONS)
     reference = config_reference()
-    for cls in (rlpar.EnvConfig, rlpar.RuntimeConfig, LogConfig):
+    for cls in (rlpar.EnvConfig, rlpar.RuntimeConfig, rlpar.EvalConfig, LogConfig):
         for f in dataclasses.fields(cls):
             assert f"| `{f.name}` |" in reference
+
+
+def test_the_reference_generator_rewrites_a_document_and_refuses_one_without_markers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = tmp_path / "tags.md"
+    markers = "<!-- tensorboard-tags:begin -->\nOLD BODY\n<!-- tensorboard-tags:end -->\n"
+    doc.write_text("before\n" + markers)
+    assert main([str(doc)]) == 0
+    text = doc.read_text()
+    assert "OLD BODY" not in text and "| `return/mean` |" in text and text.startswith("before\n")
+    plain = tmp_path / "plain.md"
+    plain.write_text("no markers\n")
+    assert main([str(plain)]) == 1
+    assert "holds none of the generated sections" in capsys.readouterr().err
+    assert plain.read_text() == "no markers\n"
+    with pytest.raises(ValueError, match="config-reference:begin/end"):
+        render_sections("no markers", ["config-reference"])
 
 
 def test_agent_reference_lists_every_key_with_default() -> None:

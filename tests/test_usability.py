@@ -223,9 +223,9 @@ def test_a_checkout_without_the_compiled_core_says_what_to_run(tmp_path: Path) -
     assert "circular import" not in proc.stderr.splitlines()[-1].split("(", 1)[0]
 
 
-def test_the_readme_states_the_slot_range_the_store_enforces() -> None:
-    readme = (ROOT / "README.md").read_text()
-    low, high = map(int, re.search(r"`num_slots` is (\d+) to (\d+)", readme).groups())
+def test_the_net_api_page_states_the_slot_range_the_store_enforces() -> None:
+    page = (ROOT / "docs" / "net-api.md").read_text()
+    low, high = map(int, re.search(r"`num_slots` is (\d+) to (\d+)", page).groups())
     rlpar.SnapshotStore(4, num_slots=low)
     rlpar.SnapshotStore(4, num_slots=high)
     for bad in (low - 1, high + 1):

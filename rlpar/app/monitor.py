@@ -10,8 +10,8 @@ summaries. The x-axis of every curve is env steps.
     monitor.finish(result)                  # last point, histograms, the final return
     monitor.close()
 
-`SCALAR_TAGS` and `OTHER_TAGS` list every tag with what it tells (the README's tag table is
-generated from them).
+`SCALAR_TAGS` and `OTHER_TAGS` list every tag with what it tells (the tag table of
+docs/cli.md is generated from them).
 """
 
 from __future__ import annotations

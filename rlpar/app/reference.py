@@ -1,10 +1,11 @@
 """Reference documentation generated from the code: config keys (from the dataclasses' field
 docstrings) and TensorBoard tags (from `rlpar.app.monitor`).
 
-The README's config reference and tag list are this module's output between marker comments;
-a test keeps them in sync. After changing a config field or a tag, regenerate them with::
+The config reference (``docs/config.md``) and the tag list (``docs/cli.md``) are this module's
+output between marker comments; a test keeps them in sync. After changing a config field or a
+tag, regenerate them with (-P: the installed rlpar, not the source tree)::
 
-    python -P -m rlpar.app.reference README.md     (-P: the installed rlpar, not the source tree)
+    python -P -m rlpar.app.reference docs/config.md docs/cli.md
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import textwrap
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,12 +31,15 @@ from rlpar.config import EnvConfig, EvalConfig, RuntimeConfig
 from rlpar.registry import registered_agents
 
 __all__ = [
+    "DOCUMENTS",
     "FieldDoc",
     "agent_reference",
     "config_reference",
     "describe",
     "field_docs",
     "format_agents",
+    "render_sections",
+    "sections_in",
     "tag_reference",
 ]
 
@@ -148,6 +153,19 @@ def config_reference() -> str:
         "A string, default: the file's name without `.toml`. Names the run's folder "
         "`<log.logdir>/<name>/<timestamp>/`.",
         "",
+        "#### `plugins`",
+        "",
+        "A list of module names, default `[]`. Imported in order before the rest of the file is "
+        "checked, so that a module that calls `rlpar.register_agent` (or registers an env) makes "
+        "its names valid in the same file. Looked for among the installed packages and in the "
+        "folders of `plugin_path`.",
+        "",
+        "#### `plugin_path`",
+        "",
+        'A list of folders, default `["."]`: beside the experiment file (relative paths are the '
+        "file's). Searched for the modules of `plugins` and `env.setup`; a run directory's "
+        "`config.toml` holds them as absolute paths, so it finds the same modules.",
+        "",
     ]
     sections = (
         ("env", EnvConfig),
@@ -159,7 +177,7 @@ def config_reference() -> str:
         lines += _table_md(f"[{section}]", _first_line(cls), describe(cls))
     nested: dict[type, tuple[str, list[str]]] = {}  # config class -> (key, agents using it)
     for name, entry in registered_agents().items():
-        if entry.source != "built-in":  # the README documents what rlpar ships
+        if entry.source != "built-in":  # the reference documents what rlpar ships
             continue
         rows = describe(entry.config)
         intro = (
@@ -245,16 +263,29 @@ def tag_reference() -> str:
 
 SECTIONS = {"config-reference": config_reference, "tensorboard-tags": tag_reference}
 
+#: Where each generated section lives: document (relative to the repository root) -> sections.
+DOCUMENTS = {"docs/config.md": ("config-reference",), "docs/cli.md": ("tensorboard-tags",)}
 
-def render_readme(text: str) -> str:
-    """``text`` with every generated section (between ``<!-- NAME:begin -->`` and
-    ``<!-- NAME:end -->``) replaced by what the code says now."""
-    for name, make in SECTIONS.items():
-        pattern = re.compile(rf"(<!-- {name}:begin -->\n).*?(<!-- {name}:end -->)", re.S)
+
+def _marker(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(<!-- {name}:begin -->\n).*?(<!-- {name}:end -->)", re.S)
+
+
+def sections_in(text: str) -> list[str]:
+    """The generated sections whose ``<!-- NAME:begin/end -->`` markers ``text`` holds."""
+    return [name for name in SECTIONS if _marker(name).search(text)]
+
+
+def render_sections(text: str, names: Iterable[str]) -> str:
+    """``text`` with each named generated section (between ``<!-- NAME:begin -->`` and
+    ``<!-- NAME:end -->``) replaced by what the code says now. A name without its markers in
+    ``text`` is a ValueError."""
+    for name in names:
+        pattern = _marker(name)
         if not pattern.search(text):
-            raise ValueError(f"the README has no <!-- {name}:begin/end --> markers")
+            raise ValueError(f"no <!-- {name}:begin/end --> markers")
 
-        def replace(m: re.Match[str], body: str = make()) -> str:
+        def replace(m: re.Match[str], body: str = SECTIONS[name]()) -> str:
             return m.group(1) + "\n" + body + "\n" + m.group(2)
 
         text = pattern.sub(replace, text)
@@ -262,11 +293,19 @@ def render_readme(text: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m rlpar.app.reference README.md", file=sys.stderr)
+    """Regenerate the sections of each document named in ``argv`` (each must hold one)."""
+    if not argv:
+        print(f"usage: python -m rlpar.app.reference {' '.join(DOCUMENTS)}", file=sys.stderr)
         return 2
-    path = Path(argv[0])
-    path.write_text(render_readme(path.read_text(encoding="utf-8")), encoding="utf-8")
+    for arg in argv:
+        path = Path(arg)
+        text = path.read_text(encoding="utf-8")
+        names = sections_in(text)
+        if not names:
+            markers = ", ".join(f"<!-- {n}:begin/end -->" for n in SECTIONS)
+            print(f"{path}: holds none of the generated sections ({markers})", file=sys.stderr)
+            return 1
+        path.write_text(render_sections(text, names), encoding="utf-8")
     return 0
 
 
