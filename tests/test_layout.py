@@ -1,6 +1,6 @@
 """The layout's rules, checked.
 
-1. Each floor imports only the floors below it (README, Design): app -> bench -> runtime -> API.
+1. Each floor imports only the floors below it (docs/design.md): app -> bench -> runtime -> API.
 2. No import cycle among the project's modules: rlpar/, agents/ (shipped as ``rlpar.agents``),
    envs/ (``rlpar.envs``) and examples/. Every import that can run counts, function-local
    (lazy) ones included: a lazy import back up only hides a cycle until the function runs.

@@ -21,7 +21,7 @@ namespace py = pybind11;
 // GIL policy
 
 // Work (floating point operations) above which a call releases the GIL when release_gil=None.
-// Measured on the project machine with `rlpar bench gil` (README, "GIL policy"): two threads
+// Measured on a 2-vCPU AMD EPYC with `rlpar bench gil` (docs/performance.md): two threads
 // releasing the GIL lose to two threads holding it up to ~65 kflop a call (the small MLP at
 // batch 7) and win from batch 8 (74 kflop, x1.5).
 inline std::atomic<double> g_release_threshold{70000.0};

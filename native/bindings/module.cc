@@ -1,6 +1,6 @@
 // rlpar._native — thin bindings: convert arguments, check them, decide about the GIL, call the core.
 //
-// GIL rules kept in every binding file (see README "Design"):
+// GIL rules kept in every binding file (see docs/design.md, "The GIL policy"):
 //  * Every py::array/py::object is inspected while the GIL is held; only raw pointers and sizes
 //    cross into a GIL-released region.
 //  * The GIL is released with RAII (CallScope, gil.h), never with hand-written pairs, and only when

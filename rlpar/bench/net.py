@@ -155,7 +155,7 @@ def _forward_us(net: rlpar.Net, batches: tuple[int, ...], budget: Budget, torch)
         obs = random_obs(net, batch, rng)
         out = np.empty((batch, net.output_size), np.float32)
         fns: dict[str, Callable[[], Any]] = {
-            # positional: keyword arguments cost ~0.4 us in pybind11 (README, GIL policy)
+            # positional: keyword arguments cost ~0.4 us in pybind11 (docs/net-api.md)
             "native": partial(net.forward, params, obs, out),
             "numpy": partial(to_numpy, obs),
         }

@@ -104,8 +104,8 @@ def gil_bound_warning(
         "env holds the GIL while it steps, so the threads take turns instead of running in "
         'parallel. Try env.vectorization = "async" (worker processes) where cores outnumber '
         "actors, or one actor with more envs (runtime.envs_per_actor); for a native rlpar "
-        "env, an agent with native sampling runs whole unrolls without the GIL. See the "
-        "README's env modes table."
+        "env, an agent with native sampling runs whole unrolls without the GIL. See "
+        "docs/runtime.md, Env modes."
     )
 
 
