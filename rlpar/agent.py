@@ -26,6 +26,30 @@ The whole loop, as the runtime runs it (``rlpar/runtime/``; the data it hands ov
 ``state``, which is what a checkpoint saves, so a unit test can call it directly and a resumed
 run continues exactly. ``act`` only reads ``out`` and draws from ``rng``; it runs on actor
 threads, so it must not touch ``state``.
+
+Plugging an agent in: register it with its config dataclass (`rlpar.register_agent`, an entry
+point of the group ``"rlpar.agents"``, or a module an experiment file names in
+``plugins = [...]``; see `rlpar.registry`). The docstring under each field of the config
+dataclass (a string literal on the line after the field) is that key's description in
+``rlpar agents`` and the config reference; the first line of the agent class's docstring is
+its summary there.
+
+What `learn` returns lands in TensorBoard (`rlpar.app.monitor`), the x-axis being env steps.
+These keys have tags of their own::
+
+    "loss"           -> loss/total        the loss the optimizer minimised
+    "policy_loss"    -> loss/policy       its policy-gradient term
+    "value_loss"     -> loss/value        its value (baseline) term
+    "entropy"        -> loss/entropy      the policy's mean entropy
+    "grad_norm"      -> optim/grad_norm   the gradient norm before clipping
+    "learning_rate"  -> optim/learning_rate
+
+Every other key ``k`` is written as ``learner/k`` as it is (a returned ``"loss/policy"`` lands
+under ``learner/loss/policy``, not ``loss/policy``). Return Python numbers (``float(x)``): a
+value that is not an int or float (a numpy float32 is not), or not finite, is left out.
+
+The runtime counts the steps: it adds 1 to `LearnerState.steps` after each `learn` returns, so
+`learn` never changes it (read it for a schedule: the steps taken before this one).
 """
 
 from __future__ import annotations
@@ -50,7 +74,9 @@ class LearnerState:
     """Everything the learner step changes: saved by checkpoints, restored on resume.
 
     ``params``: float32 [num_params]; ``optimizer``: its flat state buffers; ``steps``: learner
-    steps taken; ``extra``: the agent's own JSON-serialisable state (e.g. a schedule position).
+    steps taken, counted by the runtime (it adds 1 after each `Agent.learn` returns; `learn`
+    only reads it; the published parameters' version is ``steps + 1``); ``extra``: the
+    agent's own JSON-serialisable state (e.g. a schedule position).
     ``pool``: not saved; set by the runtime for the run when ``runtime.learner_threads`` > 1,
     a `rlpar.ShardPool` of that many threads that `Agent.learn` may use to split its step
     over column shards (`rlpar.Batch.split`); None otherwise.
@@ -66,10 +92,15 @@ class LearnerState:
 class Agent(abc.ABC):
     """Base class of every agent, built-in or the user's (see the module docstring)."""
 
-    #: True when `act` draws each action from the softmax of the net's Categorical logits.
-    #: The runtime may then run a whole unroll natively on native envs (``rlpar/...`` ids):
-    #: forward, sampling and env steps in one GIL-free call, with a native sampler in place
-    #: of `act`. Leave False if `act` does anything else.
+    #: A promise about `act`: True when it does nothing but draw each env's action from the
+    #: softmax of the net's Categorical logits (no temperature, epsilon or masking). On rlpar's
+    #: native envs (``rlpar/...`` ids), with a net of exactly one Categorical head (one logit
+    #: per action; a value head beside it is fine), the runtime may then skip `act` and run a
+    #: whole unroll natively: forward, sampling (its own generator, seeded per actor) and env
+    #: steps in one GIL-free call. Elsewhere `act` is called as usual. Leave it False if `act`
+    #: does anything else: the fused path would sample differently without a word. A property
+    #: or a per-instance attribute works too (the built-in agents set it when the action space
+    #: is Discrete).
     native_sampling: bool = False
 
     @abc.abstractmethod
@@ -90,7 +121,9 @@ class Agent(abc.ABC):
 
     @abc.abstractmethod
     def learn(self, net: Net, state: LearnerState, batch: Batch) -> dict[str, float]:
-        """One learner step on ``batch``; updates ``state`` in place; returns scalar metrics."""
+        """One learner step on ``batch``; updates ``state`` in place (not ``state.steps``: the
+        runtime counts steps); returns scalar metrics, named as the module docstring says for
+        TensorBoard (``loss``, ``policy_loss``, ``value_loss``, ``entropy``, ``grad_norm``)."""
 
     def greedy(self, net: Net, out: np.ndarray) -> np.ndarray:
         """The policy's most likely actions for outputs ``out`` float32 [K, output_size], in
