@@ -21,6 +21,7 @@ from rlpar.checkpoint import load_checkpoint
 from rlpar.config import ConfigError, EnvConfig, EvalConfig
 from rlpar.runtime import Runner
 from rlpar.runtime import runner as runner_module
+from rlpar.runtime.common import RecentLog
 from rlpar.runtime.evaluation import EvaluationError, evaluation_env
 
 
@@ -273,3 +274,42 @@ def test_evaluation_envs_do_not_inherit_the_training_layout(train, num_envs, wan
     env = evaluation_env(train, num_envs)
     assert (env.workers_per_actor, env.double_buffer) == want
     assert (env.id, env.vectorization, env.kwargs) == (train.id, train.vectorization, train.kwargs)
+
+
+def test_recent_log_keeps_the_newest_and_numbers_every_item() -> None:
+    log = RecentLog[int](keep=3)
+    assert log.since(0) == ([], 0) and not log
+    for i in range(5):
+        log.append(i)
+    assert list(log) == [2, 3, 4] and len(log) == 3 and log.count == 5 and log[-1] == 4
+    assert log.since(0) == ([2, 3, 4], 5)  # items 0 and 1 are gone
+    assert log.since(3) == ([3, 4], 5)
+    assert log.since(5) == ([], 5)
+
+
+def test_a_long_run_keeps_a_bounded_number_of_evaluation_points(monkeypatch, tmp_path) -> None:
+    """The evaluator's points were kept for the whole run (a slow rise of RSS over hours);
+    now the newest `KEEP_POINTS`, while TensorBoard still gets every point."""
+    from rlpar.app.monitor import TensorBoardMonitor
+
+    monkeypatch.setattr(runner_module, "KEEP_POINTS", 2)
+    ev = EvalConfig(episodes=0, check_target=False, interval_env_steps=50, interval_episodes=1)
+    runner = Runner(
+        GreedyTiny(), EnvConfig("CartPole-v1"), small_runtime(total_env_steps=3000), evaluation=ev
+    )
+    written: list[int] = []
+    monitor = TensorBoardMonitor(tmp_path, runner, {}, 10**9, 3600.0, 0)
+    monkeypatch.setattr(
+        monitor.writer, "scalars", lambda values, step: written.append(step) if any(
+            k.startswith("eval/") for k in values) else None
+    )  # fmt: skip
+
+    def on_progress(p) -> None:
+        monitor.update(p)
+        assert len(runner.evaluations) <= 2
+
+    monitor.start()
+    monitor.finish(runner.run(on_progress=on_progress, progress_interval_s=0.01))
+    monitor.close()
+    assert runner.evaluations.count > 2 and len(runner.evaluations) == 2
+    assert len(written) == runner.evaluations.count

@@ -40,6 +40,28 @@ inline bool want_release(py::handle release_gil, double flops) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// GIL meter: per thread, the time rlpar's calls ran with the GIL released (native work) and the
+// time they then waited to take it back (a convoy shows up here). Only the thread itself reads
+// its meter (gil_meter() in Python), so plain thread-local integers suffice.
+
+struct GilMeter {
+  int64_t released_ns = 0;  // from the release to the request to re-take the GIL
+  int64_t wait_ns = 0;      // inside the re-take: another thread held the GIL
+  int64_t calls = 0;        // calls that released the GIL
+};
+
+inline GilMeter& thread_gil_meter() {
+  thread_local GilMeter meter;
+  return meter;
+}
+
+inline int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 // The scope of one native call that may let other Python threads run while it is inside native
 // code: it releases the GIL (when asked), or it calls a Python layer (whose bytecode hands the GIL
 // around). Such calls are counted, so that the exit hook can wait for them: once the interpreter
@@ -61,10 +83,20 @@ class CallScope {
       return;
     }
     counted_ = true;
-    if (release) released_.emplace();
+    if (release) {
+      released_.emplace();
+      released_at_ = now_ns();
+    }
   }
   ~CallScope() {
-    released_.reset();  // re-takes the GIL
+    if (released_) {
+      GilMeter& meter = thread_gil_meter();
+      const int64_t done = now_ns();
+      released_.reset();  // re-takes the GIL
+      meter.released_ns += done - released_at_;
+      meter.wait_ns += now_ns() - done;
+      meter.calls += 1;
+    }
     if (counted_) g_released_calls.fetch_sub(1);
   }
   CallScope(const CallScope&) = delete;
@@ -72,6 +104,7 @@ class CallScope {
 
  private:
   bool counted_ = false;
+  int64_t released_at_ = 0;
   std::optional<py::gil_scoped_release> released_;
 };
 

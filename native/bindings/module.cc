@@ -36,6 +36,14 @@ void bind_gil_policy(py::module_& m) {
       py::arg("flops"));
   m.def("gil_release_threshold", [] { return rlpar_py::g_release_threshold.load(); });
   m.def("_stop_releasing_gil", &rlpar_py::stop_releasing_gil, py::arg("timeout_s") = 5.0);
+  m.def(
+      "gil_meter",
+      [] {
+        const rlpar_py::GilMeter& meter = rlpar_py::thread_gil_meter();
+        return py::make_tuple(meter.released_ns * 1e-9, meter.wait_ns * 1e-9, meter.calls);
+      },
+      "The calling thread's GIL meter since it started: (seconds rlpar's calls ran with the GIL "
+      "released, seconds they then waited to take it back, number of such calls).");
 }
 
 }  // namespace

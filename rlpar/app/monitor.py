@@ -76,6 +76,17 @@ SCALAR_TAGS: dict[str, str] = {
     "full: the learner is the bottleneck) or by the learner (empty: the actors are).",
     "time_fraction/learn": "Share spent in the learner step (forward, loss, backward, update).",
     "time_fraction/publish": "Share spent publishing parameters to the snapshot store.",
+    "time/gil_held/actors": "Share of the actor threads' wall time they held the GIL "
+    "(their CPU time outside rlpar's GIL-free calls: Python, and native work under the GIL). "
+    "Serial: the GIL serves at most 1 / held threads (docs/runtime.md, The GIL meter).",
+    "time/gil_wait/actors": "Share they waited to take the GIL back after a GIL-free native "
+    "call (another thread held it): the convoy effect.",
+    "time/gil_native/actors": "Share they spent in rlpar's native calls with the GIL released.",
+    "time/gil_held/learner": "The same shares for the learner thread: held,",
+    "time/gil_wait/learner": "waiting to re-take it,",
+    "time/gil_native/learner": "and in native calls without it.",
+    "time/gil_actor_ceiling": "Actor threads the GIL could serve at these shares beside the "
+    "learner ((1 - learner held) / actor held): the predicted thread ceiling on enough cores.",
     "eval/return_mean": "Mean return of an evaluation of one parameter version (`[eval]`, first "
     "of `eval.policies`): every `eval.interval_env_steps` (`eval.interval_episodes` episodes, a "
     "pinned snapshot) and once at the end (`eval.episodes` episodes, the final parameters). "
@@ -87,6 +98,8 @@ OTHER_TAGS: dict[str, str] = {
     "eval/<policy>/return_mean": "The same for the other policies of `eval.policies` "
     "(e.g. `eval/sampled/return_mean` after greedy).",
     "eval/<policy>/return_std": "Their standard deviation.",
+    "time/gil_<share>/actor_<i>": "`time/gil_held`, `gil_wait` and `gil_native` of each actor "
+    "thread.",
     "eval/target_check": "Evaluated mean return of each `eval.check_target` evaluation (the run "
     "stops at the first that reaches `runtime.target_return`).",
     "learner/<metric>": "Every other metric the agent's learner step returns (IMPALA: `mean_rho`, "
@@ -121,6 +134,18 @@ def eval_tags(policy_index: int, policy: str, mean: float, std: float) -> dict[s
     """The eval scalars of one policy's evaluation (the first policy has the short tags)."""
     prefix = "eval" if policy_index == 0 else f"eval/{policy}"
     return {f"{prefix}/return_mean": mean, f"{prefix}/return_std": std}
+
+
+def gil_tags(gil: dict[str, Any]) -> dict[str, float]:
+    """The ``time/gil_*`` scalars of a `Progress.gil` report."""
+    values: dict[str, float] = {}
+    for thread, shares in gil.items():
+        if isinstance(shares, dict):
+            for share, value in shares.items():
+                values[f"time/gil_{share}/{thread}"] = value
+    if gil.get("actor_ceiling") is not None:
+        values["time/gil_actor_ceiling"] = gil["actor_ceiling"]
+    return values
 
 
 class EventWriter:
@@ -265,21 +290,16 @@ class TensorBoardMonitor:
     # -------------------------------------------------------------------------------- parts
 
     def _write_evaluations(self) -> None:
-        """The evaluator's points and the target checks that came since the last call (lists
-        that other threads only append to)."""
-        points = self.runner.evaluations
-        while self._evals_written < len(points):
-            point = points[self._evals_written]
+        """The evaluator's points and the target checks that came since the last call."""
+        points, self._evals_written = self.runner.evaluations.since(self._evals_written)
+        for point in points:
             values: dict[str, float] = {}
             for i, e in enumerate(point.results):
                 values |= eval_tags(i, e.policy, e.mean_return, e.std_return)
             self.writer.scalars(values, point.env_steps)
-            self._evals_written += 1
-        checks = self.runner.target_checks
-        while self._checks_written < len(checks):
-            c = checks[self._checks_written]
+        checks, self._checks_written = self.runner.target_checks.since(self._checks_written)
+        for c in checks:
             self.writer.scalars({"eval/target_check": c.eval_mean}, c.env_steps)
-            self._checks_written += 1
 
     def _write_scalars(self, p: Progress, rates: bool = True) -> None:
         values: dict[str, float] = {}
@@ -304,6 +324,7 @@ class TensorBoardMonitor:
                 values[_METRIC_TAGS.get(name, f"learner/{name}")] = value
         for stage, fraction in p.stage_fractions.items():
             values[_STAGE_TAGS.get(stage, f"time_fraction/{stage}")] = fraction
+        values |= gil_tags(p.gil)
         self.writer.scalars(values, p.env_steps)
         self._written = p
 

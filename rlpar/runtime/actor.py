@@ -26,6 +26,7 @@ from rlpar.runtime.common import (
 )
 from rlpar.runtime.env_modes import SplitEnvs
 from rlpar.runtime.envs import ActionAdapter, env_seeds, explain_env_error, storage_dtype
+from rlpar.runtime.gil_meter import ThreadMeter
 from rlpar.runtime.recurrent import CoreState
 from rlpar.snapshot import SnapshotStore
 
@@ -221,6 +222,7 @@ class Actor:
         until version ``v`` is published (False when stopping), and the actor makes exactly
         ``rollouts_per_version`` rollouts from each version."""
         version = 1
+        meter = ThreadMeter()
         while not stop.is_set():
             if wait_for_version is not None and not wait_for_version(version):
                 return
@@ -240,6 +242,7 @@ class Actor:
                 if not queue_put(out_queue, rollout, stop):
                     return
                 self.stats.queue_wait_s += time.perf_counter() - t0
+                self.stats.gil = meter.read()
             version += 1
 
     def unroll(self, r: Rollout, episodes: EpisodeSink) -> None:

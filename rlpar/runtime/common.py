@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
+
+from rlpar.runtime.gil_meter import GilTimes
 
 if TYPE_CHECKING:
     from rlpar.data import Rollout
@@ -25,6 +28,7 @@ __all__ = [
     "EpisodeLog",
     "EpisodeSink",
     "FusedEnvs",
+    "RecentLog",
     "ResumableEnvs",
     "queue_get",
     "queue_put",
@@ -65,6 +69,46 @@ class ActorStats:
     env_s: float = 0.0
     inference_s: float = 0.0
     queue_wait_s: float = 0.0
+    gil: GilTimes = field(default_factory=GilTimes)
+    """The actor thread's GIL meter since it started, as of its last finished unroll."""
+
+
+_Item = TypeVar("_Item")
+
+
+class RecentLog(Generic[_Item]):
+    """An append-only log that keeps its newest ``keep`` items, so a run of any length holds a
+    bounded number (the evaluator's points, the target checks). `count` numbers every item
+    ever appended; readers that consume items as they come use `since`. Any thread may append
+    or read."""
+
+    def __init__(self, keep: int = 1000) -> None:
+        self._items: deque[_Item] = deque(maxlen=keep)
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def append(self, item: _Item) -> None:
+        with self._lock:
+            self._items.append(item)
+            self.count += 1
+
+    def since(self, n: int) -> tuple[list[_Item], int]:
+        """(the kept items numbered ``n`` and later, the count after them): pass the count back
+        next time to get only what came since."""
+        with self._lock:
+            new = min(self.count - n, len(self._items))
+            return (list(self._items)[len(self._items) - new :] if new > 0 else []), self.count
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[_Item]:
+        with self._lock:
+            return iter(list(self._items))
+
+    def __getitem__(self, i: int) -> _Item:
+        with self._lock:
+            return self._items[i]
 
 
 class EpisodeSink(Protocol):

@@ -14,6 +14,7 @@ from rlpar.agent import Agent, LearnerState
 from rlpar.data import Batch, Rollout
 from rlpar.nn import Net
 from rlpar.runtime.common import POLL_S, ActorHandle, EpisodeLog
+from rlpar.runtime.gil_meter import GilTimes, ThreadMeter
 from rlpar.snapshot import SnapshotStore
 
 __all__ = ["Learner", "LearnerStats", "VersionClock"]
@@ -33,6 +34,8 @@ class LearnerStats:
     learn_s: float = 0.0
     publish_s: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)
+    gil: GilTimes = field(default_factory=GilTimes)
+    """The learner thread's GIL meter since it started, as of its last step."""
     last_actions: np.ndarray | None = None
     """The valid actions of the last batch, [M] or [M, A] (for the monitor's histogram)."""
 
@@ -92,6 +95,7 @@ class Learner:
         return self.state.steps + 1
 
     def run(self, stop: threading.Event, in_queue: queue.Queue[Rollout]) -> None:
+        meter = ThreadMeter()
         while not stop.is_set():
             rollouts = self._gather(stop, in_queue)
             if rollouts is None:
@@ -99,6 +103,7 @@ class Learner:
             self.step(rollouts)
             if self.after_step is not None:
                 self.after_step()
+            self.stats.gil = meter.read()
 
     def step(self, rollouts: list[Rollout]) -> dict[str, float]:
         """One learner step on exactly these rollouts; hands their buffers back to the actors."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import queue
 import signal
 import threading
@@ -42,10 +43,11 @@ from rlpar.config import EnvConfig, EvalConfig, RuntimeConfig, check_env_layout,
 from rlpar.nn import Net
 from rlpar.parallel import ShardPool
 from rlpar.runtime.actor import Actor
-from rlpar.runtime.common import POLL_S, ActorHandle, EpisodeLog
+from rlpar.runtime.common import POLL_S, ActorHandle, EpisodeLog, RecentLog
 from rlpar.runtime.env_modes import GIL_CHECK_AFTER_S, gil_bound_warning
 from rlpar.runtime.envs import make_actor_envs
 from rlpar.runtime.evaluation import Evaluation, eval_seed, evaluate_policy
+from rlpar.runtime.gil_meter import GilTimes, actor_ceiling
 from rlpar.runtime.learner import Learner, VersionClock
 from rlpar.snapshot import SnapshotStore
 
@@ -59,6 +61,8 @@ log = logging.getLogger("rlpar")
 # Evaluation seeds: (purpose, index) keys, so a check's episodes do not depend on how many
 # periodic evaluations ran before it (deterministic runs stay reproducible).
 _PERIODIC, _CHECK, _FINAL = 0, 1, 2
+#: Evaluation points and target checks a Runner keeps in memory (the newest).
+KEEP_POINTS = 1000
 
 
 @dataclass
@@ -108,6 +112,12 @@ class Progress:
     queue_depth: int
     stage_fractions: dict[str, float]
     metrics: dict[str, float]
+    gil: dict[str, Any] = field(default_factory=dict)
+    """The GIL meter (`rlpar.runtime.gil_meter`) since the threads started: {"actor_<i>",
+    "actors" (all local actors together), "learner": {"held", "wait", "native": shares of
+    that thread's wall time}, "actor_ceiling": actor threads the GIL could serve at these
+    shares (Amdahl over the held share; null when no actor holds it)}. Ray actors are not
+    metered (they run in processes of their own)."""
 
 
 @dataclass
@@ -130,6 +140,8 @@ class RunResult:
     target_checks: list[dict[str, Any]] = field(default_factory=list)
     """The `EvalConfig.check_target` evaluations: env_steps, learner_steps, window_mean,
     eval_mean, passed."""
+    gil: dict[str, Any] = field(default_factory=dict)
+    """The GIL meter over the whole run, as in `Progress.gil`."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -164,8 +176,10 @@ class Runner:
             )
         self.agent, self.env_cfg, self.cfg = agent, env, runtime
         self.eval_cfg = evaluation
-        self.evaluations: list[EvalPoint] = []  # appended by the evaluator thread only
-        self.target_checks: list[TargetCheck] = []  # appended by the learner thread only
+        # The newest points only: a run of any length keeps its memory flat (the monitor writes
+        # each point to TensorBoard as it comes).
+        self.evaluations: RecentLog[EvalPoint] = RecentLog(KEEP_POINTS)  # by the evaluator
+        self.target_checks: RecentLog[TargetCheck] = RecentLog(KEEP_POINTS)  # by the learner
         self.config = (
             config if config is not None else {"env": to_dict(env), "runtime": to_dict(runtime)}
         )
@@ -353,7 +367,20 @@ class Runner:
             queue_depth=self.queue.qsize(),
             stage_fractions={k: (v / total if total > 0 else 0.0) for k, v in stages.items()},
             metrics=dict(ls.metrics),
+            gil=self.gil_report(),
         )
+
+    def gil_report(self) -> dict[str, Any]:
+        """`Progress.gil`: each thread's GIL shares since it started, and the actor ceiling."""
+        local = [a for a in self.actors if isinstance(a, Actor)]
+        report: dict[str, Any] = {f"actor_{a.index}": a.stats.gil.shares() for a in local}
+        total = sum((a.stats.gil for a in local), GilTimes())
+        learner = self.learner.stats.gil.shares()
+        report["actors"] = total.shares()
+        report["learner"] = learner
+        ceiling = actor_ceiling(report["actors"]["held"], learner["held"]) if local else None
+        report["actor_ceiling"] = ceiling if ceiling is None or math.isfinite(ceiling) else None
+        return report
 
     # ------------------------------------------------------------------------------- the run
 
@@ -486,6 +513,7 @@ class Runner:
             checkpoint=str(final) if final else None,
             stuck_threads=stuck,
             target_checks=[dataclasses.asdict(c) for c in self.target_checks],
+            gil=self.gil_report(),
         )
 
     def _final_evaluation(self) -> list[dict[str, Any]] | None:
@@ -663,7 +691,7 @@ class Runner:
             self.env_cfg,
             episodes=ecfg.episodes,
             greedy=ecfg.policies[0] == "greedy",
-            seed=eval_seed(self.cfg.seed, _CHECK, self._generation, len(self.target_checks)),
+            seed=eval_seed(self.cfg.seed, _CHECK, self._generation, self.target_checks.count),
             max_envs=ecfg.max_envs,
             stop=self.stop,
         )

@@ -1,0 +1,110 @@
+"""The GIL meter (rlpar.runtime.gil_meter): a thread that only runs Python reads as holding the
+GIL, one in long GIL-free native calls as not; threads together never hold more than all of
+it; the runner reports every thread's shares and the ceiling they predict."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import numpy as np
+import pytest
+from test_runtime import small_runtime
+from tiny_agent import TinyAgent
+
+import rlpar
+from rlpar import _native
+from rlpar.config import EnvConfig
+from rlpar.runtime import Runner
+from rlpar.runtime.gil_meter import GilTimes, ThreadMeter, actor_ceiling
+
+SECONDS = 0.4
+
+
+def python_only(seconds: float = SECONDS) -> GilTimes:
+    meter = ThreadMeter()
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        sum(range(200))
+    return meter.read()
+
+
+NET = rlpar.Net(rlpar.mlp_spec(64, [rlpar.Categorical(4)], [256, 256]))
+PARAMS = NET.init_params(seed=0)
+OBS = np.ones((256, 64), np.float32)
+
+
+def native_calls(seconds: float = SECONDS) -> GilTimes:
+    meter = ThreadMeter()
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        NET.forward(PARAMS, OBS, release_gil=True)
+    return meter.read()
+
+
+def on_threads(*bodies) -> list[GilTimes]:
+    out: list[GilTimes] = [GilTimes()] * len(bodies)
+
+    def run(i: int) -> None:
+        out[i] = bodies[i]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_a_python_thread_holds_the_gil_and_a_native_one_does_not() -> None:
+    (py,) = on_threads(python_only)
+    (native,) = on_threads(native_calls)
+    assert py.shares()["held"] > 0.6 and py.native_s == 0.0
+    shares = native.shares()
+    assert shares["held"] < 0.2 and shares["native"] > 0.6, shares
+
+
+def test_threads_together_never_hold_more_than_the_whole_gil() -> None:
+    times = on_threads(python_only, python_only, native_calls)
+    held = sum(t.held_s for t in times)
+    wall = max(t.wall_s for t in times)
+    assert held <= wall * 1.1, [t.shares() for t in times]
+
+
+def test_the_native_counters_belong_to_the_calling_thread() -> None:
+    before = _native.gil_meter()
+    on_threads(native_calls)  # another thread's calls
+    assert _native.gil_meter() == before
+    NET.forward(PARAMS, OBS, release_gil=True)
+    after = _native.gil_meter()
+    assert after[2] == before[2] + 1 and after[0] > before[0]
+    NET.forward(PARAMS, OBS[:1], release_gil=False)  # kept the GIL: not counted
+    assert _native.gil_meter()[2] == after[2]
+
+
+def test_shares_and_the_ceiling() -> None:
+    t = GilTimes(wall_s=2.0, cpu_s=1.5, native_s=1.0, wait_s=0.25)
+    assert t.held_s == 0.5
+    assert t.shares() == {"held": 0.25, "wait": 0.125, "native": 0.5}
+    assert GilTimes().shares() == {"held": 0.0, "wait": 0.0, "native": 0.0}
+    assert actor_ceiling(0.25) == 4.0 and actor_ceiling(0.25, learner_held=0.5) == 2.0
+    assert math.isinf(actor_ceiling(0.0))
+
+
+def test_the_runner_reports_each_threads_shares() -> None:
+    runner = Runner(TinyAgent(), EnvConfig("rlpar-test/Counter-v0"), small_runtime())
+    result = runner.run()
+    gil = result.gil
+    assert set(gil) == {"actor_0", "actor_1", "actors", "learner", "actor_ceiling"}
+    for thread in ("actor_0", "actor_1", "actors", "learner"):
+        shares = gil[thread]
+        assert set(shares) == {"held", "wait", "native"}
+        assert all(0.0 <= v <= 1.0 for v in shares.values()), shares
+        assert shares["held"] + shares["wait"] + shares["native"] <= 1.05
+    # A Python env and a tiny net: the actors' time is Python's, under the GIL.
+    assert gil["actors"]["held"] > gil["actors"]["native"]
+    assert gil["actor_ceiling"] == pytest.approx(
+        actor_ceiling(gil["actors"]["held"], gil["learner"]["held"])
+    )
+    assert runner.progress(1.0).gil.keys() == gil.keys()
