@@ -14,7 +14,7 @@ lists every subcommand in one place::
                                               throughput at 1..N threads: net, snapshot, actors
     rlpar train CONFIG.toml [--set K=V ...]   train an experiment; TensorBoard, checkpoints
     rlpar eval CHECKPOINT [--episodes N]      play episodes with a checkpoint's policy
-    rlpar agents [--json]                     registered agents and their config keys
+    rlpar agents [CONFIG.toml] [--json]       registered agents and their config keys
 """
 
 from __future__ import annotations
@@ -23,10 +23,13 @@ import argparse
 import importlib
 import json
 import logging
+import re
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 __all__ = ["build_parser", "main"]
 
@@ -381,15 +384,29 @@ def _add_agents(commands: argparse._SubParsersAction) -> None:
         "agents",
         help="list the registered agents and their config keys",
         description="Every registered agent (built-in, entry point or register_agent) with "
-        "where it comes from and each key of its [agent] table: type, default and meaning.",
+        "where it comes from and each key of its [agent] table: type, default and meaning. "
+        "Given an experiment file, the agents its plugins register too.",
+    )
+    p.add_argument(
+        "config",
+        nargs="?",
+        metavar="CONFIG.toml",
+        help="import this experiment file's plugins first (plugins = [...])",
     )
     p.add_argument("--json", action="store_true", help=_JSON_HELP)
     p.set_defaults(run=_run_agents)
 
 
 def _run_agents(args: argparse.Namespace) -> int:
+    from rlpar.app.experiment import import_plugins
     from rlpar.app.reference import agent_reference, format_agents
+    from rlpar.config import ConfigError
 
+    if args.config is not None:
+        try:
+            import_plugins(args.config)
+        except ConfigError as e:
+            return _error("agents", e, 2)
     agents = agent_reference()
     print(json.dumps(agents) if args.json else format_agents(agents))
     return 0
@@ -401,7 +418,9 @@ def _error(command: str, error: object, status: int) -> int:
 
 
 def _setup_logging(quiet: bool) -> None:
-    """rlpar's messages to stderr (warnings and errors only when ``quiet``)."""
+    """rlpar's messages to stderr (warnings and errors only when ``quiet``), and Python's
+    warnings (gymnasium's env checker among them) as lines of the same log, without the
+    terminal colour codes gymnasium wraps them in."""
     logger = logging.getLogger("rlpar")
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
     logger.propagate = False
@@ -411,3 +430,21 @@ def _setup_logging(quiet: bool) -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
     handler._rlpar_cli = True  # type: ignore[attr-defined]
     logger.addHandler(handler)
+    warnings.showwarning = _log_warning
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _log_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    text = _ANSI.sub("", str(message)).removeprefix("WARN: ")
+    where = Path(filename)
+    origin = f"{where.parent.name}/{where.name}:{lineno}"
+    logging.getLogger("rlpar").warning("%s (%s, %s)", text, category.__name__, origin)

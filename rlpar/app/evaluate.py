@@ -14,7 +14,7 @@ from pathlib import Path
 
 import gymnasium as gym
 
-from rlpar.app.experiment import experiment_from_dict
+from rlpar.app.experiment import experiment_from_dict, import_run_plugins
 from rlpar.app.train import load_env_plugins
 from rlpar.app.trust import checkpoint_config
 from rlpar.checkpoint import CheckpointError, find_checkpoint, load_checkpoint, net_signature
@@ -66,6 +66,8 @@ def evaluate(
     ckpt = load_checkpoint(path)
     load_env_plugins()
     try:
+        if run_file.is_file():  # the run's own experiment file: its plugins register its agent
+            import_run_plugins(run_file, ckpt.config)
         config = checkpoint_config(
             ckpt.config, path, overrides, trust_setup, run_file if run_file.is_file() else None
         )

@@ -2,6 +2,7 @@
 the runtime runs and where the run's files go::
 
     name = "cartpole_impala"   # runs go to <log.logdir>/<name>/<timestamp>/
+    plugins = ["my_agent"]     # optional: modules to import first (they register agents, envs)
     [env]                      # EnvConfig
     [agent]                    # name = "impala" and that agent's config keys;
     [agent.optim]              #   its nested tables ([agent.optim], [agent.net])
@@ -10,9 +11,19 @@ the runtime runs and where the run's files go::
     [log]                      # LogConfig
 
 `load_experiment(path, overrides)` reads a file, applies ``--set`` overrides
-(``"runtime.seed=3"``: the value is read as a TOML value, else taken as a string) and checks
-every key against the typed dataclasses: an unknown key is an error naming it with a "did you
-mean", a wrong type or range names the key, what was expected and the value given. TOML has no
+(``"runtime.seed=3"``: the value is read as a TOML value, else taken as a string), imports the
+``plugins`` and checks every key against the typed dataclasses: an unknown key is an error
+naming it with a "did you mean", a wrong type or range names the key, what was expected and
+the value given, and whether the file or a ``--set`` override said it.
+
+Plug-ins: ``plugins`` lists modules to import before the rest is checked, so that a module
+that calls `rlpar.register_agent` (or registers an env) makes its names valid in the same file.
+The modules, and the ``env.setup`` hook's, are looked for among the installed packages and in
+the folders of ``plugin_path`` (relative to the file; default ``["."]``: beside the experiment
+file), see `rlpar.runtime.env_setup`. A file that names plugins or an ``env.setup`` has those
+folders, made absolute, in its resolved config as ``plugin_path``, so a run directory's
+``config.toml`` finds the same modules. `experiment_from_dict` (data, e.g. a checkpoint's
+config) imports nothing. TOML has no
 null, so an optional key is unset with the string ``"none"``. `Experiment.to_dict` is the
 resolved config (every default filled in); `to_toml` writes it as a file that loads back to
 the same experiment.
@@ -44,7 +55,8 @@ from rlpar.config import (
     from_dict,
     to_dict,
 )
-from rlpar.registry import registered_agents
+from rlpar.registry import how_to_register, registered_agents
+from rlpar.runtime.env_setup import add_import_folders, import_user_module
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -56,14 +68,17 @@ __all__ = [
     "LogConfig",
     "apply_overrides",
     "experiment_from_dict",
+    "import_plugins",
+    "import_run_plugins",
     "load_experiment",
     "parse_override",
     "to_toml",
 ]
 
-SECTIONS = ("name", "env", "agent", "runtime", "eval", "log")
+SECTIONS = ("name", "plugins", "plugin_path", "env", "agent", "runtime", "eval", "log")
 NONE = "none"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 @dataclass(frozen=True)
@@ -116,14 +131,21 @@ class Experiment:
     runtime: RuntimeConfig
     log: LogConfig
     eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    plugins: tuple[str, ...] = ()
+    """Modules imported before the file was checked (they register agents or envs)."""
+    plugin_path: tuple[str, ...] = ()
+    """Folders searched for the plugins' and ``env.setup``'s modules (absolute once loaded)."""
 
     def make_agent(self) -> Agent:
         return registered_agents()[self.agent_name].factory(self.agent)
 
     def to_dict(self) -> dict[str, Any]:
-        """The resolved config as plain data (what run directories and checkpoints keep)."""
+        """The resolved config as plain data (what run directories and checkpoints keep);
+        ``plugins`` and ``plugin_path`` only where they are set."""
+        found = {"plugins": list(self.plugins), "plugin_path": list(self.plugin_path)}
         return {
             "name": self.name,
+            **{key: value for key, value in found.items() if value},
             "env": to_dict(self.env),
             "agent": {"name": self.agent_name, **to_dict(self.agent)},
             "runtime": to_dict(self.runtime),
@@ -133,24 +155,114 @@ class Experiment:
 
 
 def load_experiment(path: str | Path, overrides: Iterable[str] = ()) -> Experiment:
-    """Read the experiment file ``path``, apply ``--set`` overrides, validate.
+    """Read the experiment file ``path``, apply ``--set`` overrides, import its ``plugins``
+    (looked for beside the file first), validate.
 
-    Raises `ConfigError` (a message naming the file and the key) for anything wrong, including
-    a TOML syntax error or a missing file.
+    Raises `ConfigError` for anything wrong, including a TOML syntax error, a missing file or
+    a plugin that cannot be imported: the message starts with the file's name, or with
+    ``--set KEY=VALUE`` when an override is what is wrong.
     """
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        file_data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such experiment file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    overrides = list(overrides)
+    data = apply_overrides(file_data, overrides)
     try:
-        return experiment_from_dict(apply_overrides(data, overrides), default_name=path.stem)
+        return _checked(data, path)
+    except ConfigError as e:
+        raise ConfigError(_blame(path, file_data, overrides, e)) from None
+
+
+def import_plugins(path: str | Path) -> tuple[str, ...]:
+    """Import the ``plugins`` the experiment file ``path`` names, as `load_experiment` does
+    (the rest of the file is not checked); returns their names. Raises `ConfigError` naming
+    the file when it cannot be read or a plugin cannot be imported."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    try:
+        return tuple(_import_plugins(data, path.resolve().parent).get("plugins", ()))
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
+
+
+def import_run_plugins(run_file: Path, config: Any) -> None:
+    """For a run rebuilt from a checkpoint: import the plugins of the run's own experiment
+    file ``run_file`` (a run directory's config.toml) when the agent that ``config`` (the
+    checkpoint's) names is not registered without them."""
+    agent = config.get("agent") if isinstance(config, dict) else None
+    name = agent.get("name") if isinstance(agent, dict) else None
+    if isinstance(name, str) and name not in registered_agents():
+        import_plugins(run_file)
+
+
+def _checked(data: dict[str, Any], path: Path) -> Experiment:
+    return experiment_from_dict(_import_plugins(data, path.resolve().parent), path.stem)
+
+
+def _import_plugins(data: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """Import ``data``'s plugins with its ``plugin_path`` (default: ``folder``, the file's; its
+    entries are relative to ``folder``) on the search path; returns ``data`` with
+    ``plugin_path`` made absolute, where plugins or an ``env.setup`` are named."""
+    plugins = _names(data, "plugins", "module names", _MODULE)
+    path = _names(data, "plugin_path", "folders")
+    env = data.get("env")
+    setup = env.get("setup") if isinstance(env, dict) else None
+    if not plugins and setup in (None, "", NONE):
+        return data
+    folders = list(dict.fromkeys(str((folder / p).resolve()) for p in path or ["."]))
+    add_import_folders(folders)
+    for module in plugins:
+        try:
+            import_user_module(module, "plugins")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    return {**data, "plugin_path": folders}
+
+
+def _names(
+    data: dict[str, Any], key: str, what: str, pattern: re.Pattern[str] | None = None
+) -> list[str]:
+    value = data.get(key, [])
+    ok = isinstance(value, list) and all(isinstance(v, str) and v for v in value)
+    if ok and pattern is not None:
+        ok = all(pattern.fullmatch(v) for v in value)
+    if not ok:
+        example = '["my_agent"]' if pattern is not None else '["../shared"]'
+        raise ConfigError(
+            f"{key}: expected a list of {what} (e.g. {key} = {example}), got {value!r}"
+        )
+    return value
+
+
+def _blame(path: Path, file_data: dict, overrides: list[str], error: ConfigError) -> str:
+    """``error``'s message, prefixed by what said the wrong thing: the first ``--set`` override
+    after which the config fails with this message, else the file."""
+    message = str(error)
+    if overrides and _error_of(file_data, path) != message:
+        for i, text in enumerate(overrides):
+            if _error_of(apply_overrides(file_data, overrides[: i + 1]), path) == message:
+                return f"--set {text}: {message}"
+    return f"{path}: {message}"
+
+
+def _error_of(data: dict[str, Any], path: Path) -> str | None:
+    """The message that loading ``data`` as the file ``path`` fails with, or None."""
+    try:
+        _checked(data, path)
+    except ConfigError as e:
+        return str(e)
+    return None
 
 
 def experiment_from_dict(data: dict[str, Any], default_name: str = "experiment") -> Experiment:
@@ -172,8 +284,7 @@ def experiment_from_dict(data: dict[str, Any], default_name: str = "experiment")
             raise ConfigError(f"agent.name: required; registered agents: {', '.join(agents)}")
         raise ConfigError(
             f"agent.name: unknown agent {agent_name!r}{did_you_mean(agent_name, agents)}; "
-            "registered agents: "
-            f"{', '.join(agents)}"
+            f"registered agents: {', '.join(agents)}; {_how_to_plug_in(agent_name, data)}"
         )
     agent_cls = agents[agent_name].config
     return Experiment(
@@ -184,7 +295,19 @@ def experiment_from_dict(data: dict[str, Any], default_name: str = "experiment")
         runtime=_section(RuntimeConfig, data, "runtime"),
         log=_section(LogConfig, data, "log"),
         eval=_section(EvalConfig, data, "eval"),
+        plugins=tuple(_names(data, "plugins", "module names", _MODULE)),
+        plugin_path=tuple(_names(data, "plugin_path", "folders")),
     )
+
+
+def _how_to_plug_in(name: str, data: dict[str, Any]) -> str:
+    plugins = data.get("plugins")
+    named = f"; this file's plugins: {', '.join(map(str, plugins))}" if plugins else ""
+    where = (
+        'in a module the experiment file names, plugins = ["my_agent"] for my_agent.py '
+        f"beside the file{named}"
+    )
+    return how_to_register(name, where)
 
 
 def _section(cls: type, data: dict[str, Any], key: str) -> Any:

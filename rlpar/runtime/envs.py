@@ -19,6 +19,7 @@ from rlpar.runtime.env_modes import (
     takes_env_seeds,
 )
 from rlpar.runtime.env_setup import run_setup
+from rlpar.runtime.observations import check_observations
 
 __all__ = ["ActionAdapter", "env_seeds", "explain_env_error", "make_actor_envs"]
 
@@ -44,6 +45,7 @@ def make_actor_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
     if cfg.vectorization in ("ale", "envpool"):
         return _engine_envs(cfg, num_envs)
     _register(cfg)
+    check_observations(cfg)  # the observation contract: rlpar/runtime/observations.py
     if cfg.vectorization == "async":
         workers = cfg.workers_per_actor or _default_workers(num_envs)
         if not cfg.double_buffer:

@@ -1,0 +1,85 @@
+"""The observation contract: what an env's observations may be, and what rlpar makes of them.
+
+An env's observation space must be a ``gymnasium.spaces.Box``. rlpar stores observations (in
+rollouts, ``obs [T + 1, K, *shape]``) and feeds them to the net as:
+
+====================================  ================  ==================================
+observation space dtype               stored and fed    an observation of another dtype
+====================================  ================  ==================================
+float16/32/64                         float32           bool or any integer or float dtype:
+                                                        cast, with one warning
+uint8, or bool (MinAtar's channels)   uint8             bool or any integer dtype: cast,
+                                                        with one warning; a float is an error
+====================================  ================  ==================================
+
+An observation's shape must be the space's (``Box.shape``); anything else is an error naming
+both shapes when an actor first stores one. The dtype check runs once per env id and kwargs in
+a process, on a probe env's ``reset()`` and first ``step()``, when an actor's envs are made
+(`check_observations`). The casting itself is
+done by gymnasium's vector envs, which write every observation into an array of the space's
+dtype: the warning says that it happens, so an env that returns float64 for a float32 space
+trains as it would with float32, and an env whose frames are floats in a uint8 space fails
+instead of training on truncated pixels.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlpar.config import EnvConfig
+
+__all__ = ["check_observation", "check_observations"]
+
+log = logging.getLogger("rlpar")
+
+_CHECKED: set[str] = set()
+
+
+def check_observations(cfg: EnvConfig) -> None:
+    """Check the observations of one env of ``cfg`` (a registered gymnasium id) against its
+    space, once per id and kwargs in this process (see the module docstring): ValueError for
+    one rlpar cannot use, one warning for one it casts."""
+    key = json.dumps([cfg.id, cfg.kwargs], sort_keys=True, default=repr)
+    if key in _CHECKED:
+        return
+    env = gym.make(cfg.id, disable_env_checker=True, **cfg.kwargs)
+    try:
+        space = env.observation_space
+        first = check_observation(cfg.id, space, env.reset(seed=0)[0], "reset()")
+        then = check_observation(cfg.id, space, env.step(env.action_space.sample())[0], "step()")
+    finally:
+        env.close()
+    _CHECKED.add(key)
+    if first or then:
+        log.warning("%s", first or then)
+
+
+def check_observation(env_id: str, space: gym.Space, obs: Any, where: str) -> str | None:
+    """Raise ValueError for an observation ``obs`` (what ``where`` returned) whose dtype rlpar
+    cannot feed as ``space`` says; the warning to give when its dtype differs but casts, else
+    None (a shape that differs is left to the actor's check)."""
+    if not isinstance(space, gym.spaces.Box):
+        return None  # make_actor_envs' callers name an unsupported space themselves
+    got = np.asarray(obs)
+    if got.shape != space.shape or got.dtype == space.dtype:
+        return None  # a wrong shape: the actor's error names both shapes
+    floats = np.issubdtype(space.dtype, np.floating)
+    kind = got.dtype.kind  # b bool, i/u integers, f floats
+    if kind not in ("biuf" if floats else "biu"):
+        expected = "a real number dtype" if floats else "uint8 (or another integer dtype, or bool)"
+        raise ValueError(
+            f"env {env_id!r}: {where} returned {got.dtype} observations for its "
+            f"{space.dtype} observation space {space}: expected {expected}. Return "
+            f"np.asarray(obs, np.{space.dtype}), or declare the space with the dtype you return"
+        )
+    stored = "float32" if floats else "uint8"
+    return (
+        f"env {env_id!r}: {where} returned {got.dtype} observations for its {space.dtype} "
+        f"observation space; rlpar casts them to {stored} (return np.asarray(obs, "
+        f"np.{space.dtype}) to silence this)"
+    )
