@@ -133,12 +133,14 @@ def project(tmp_path: Path) -> Path:
     return folder
 
 
-def rlpar_command(cwd: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def rlpar_command(
+    cwd: Path, *args: str, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """The ``rlpar`` command as a user types it (the console script beside this Python), in
-    ``cwd``; ``python -m rlpar`` where there is none."""
+    ``cwd``, without PYTHONPATH (plus ``env``); ``python -m rlpar`` where there is no script."""
     script = Path(sys.executable).with_name("rlpar")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "rlpar"]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, **(env or {})}
     return subprocess.run(
         [*command, *args],
         cwd=cwd,
@@ -333,3 +335,16 @@ def test_the_runtime_checks_a_new_env_once(caplog, monkeypatch, tmp_path: Path) 
         sys.modules.pop("float_corridor_env", None)
     warned = [r for r in caplog.records if "float64 observations" in r.getMessage()]
     assert len(warned) == 1
+
+
+def test_ray_workers_find_the_agent_and_env_modules_too(project: Path) -> None:
+    pytest.importorskip("ray")
+    ray_run = experiment(project.parent / "runs").replace(
+        "[runtime]\n", '[runtime]\nbackend = "ray"\n'
+    )
+    (project / "ray.toml").write_text(ray_run)
+    loopback = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = rlpar_command(project.parent / "elsewhere", "train", str(project / "ray.toml"),
+                         "--json", env=loopback)  # fmt: skip
+    summary = summary_of(proc)
+    assert summary["env_steps"] >= 512

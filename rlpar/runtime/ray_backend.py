@@ -62,7 +62,7 @@ from rlpar.data import ARRAY_FIELDS, Rollout
 from rlpar.nn import Net
 from rlpar.runtime.actor import Actor
 from rlpar.runtime.common import POLL_S, ActorStats, EpisodeLog, queue_get, queue_put
-from rlpar.runtime.env_setup import run_setup
+from rlpar.runtime.env_setup import add_import_folders, import_folders, run_setup
 from rlpar.runtime.envs import make_actor_envs, storage_dtype
 from rlpar.snapshot import SnapshotStore
 
@@ -500,18 +500,36 @@ def _clean_working_dir() -> Iterator[dict[str, Any] | None]:
     """Ray puts the driver's working directory (and its script's) first on every worker's
     import path. When that directory holds rlpar's source tree (e.g. the driver runs from a
     checkout), the workers would import it instead of the installed package and fail; then
-    start them in an empty working directory instead (a Ray ``runtime_env``)."""
+    start them in an empty working directory instead (a Ray ``runtime_env``). The workers also
+    get the folders of the user's modules (`_user_module_folders`)."""
+    folders = _user_module_folders()
     installed = Path(__file__).resolve().parents[1]  # this module is rlpar/runtime/ray_backend.py
     dirs = {Path.cwd(), Path(sys.argv[0]).resolve().parent if sys.argv and sys.argv[0] else None}
     if not any(d and (d / "rlpar").is_dir() and (d / "rlpar").resolve() != installed for d in dirs):
-        yield None
+        yield folders or None
         return
     log.info(
         "ray backend: the workers start in an empty working_dir, because the working directory "
         "holds rlpar's source tree (which Ray would import there instead of the installed one)"
     )
     with tempfile.TemporaryDirectory(prefix="rlpar-ray-") as empty:
-        yield {"working_dir": empty}
+        yield {"working_dir": empty, **folders}
+
+
+def _user_module_folders() -> dict[str, Any]:
+    """A ``runtime_env`` entry that adds the folders rlpar searches for the user's modules
+    (`rlpar.runtime.env_setup.import_folders`: an experiment file's ``plugin_path``) to each
+    worker's import path when it starts, so that it unpickles a plug-in agent and runs
+    ``env.setup`` as the driver does. They are this machine's folders: on a cluster of several
+    machines, install the modules on every node."""
+    folders = import_folders()
+    if not folders:
+        return {}
+
+    def add_folders() -> None:  # a local function: Ray pickles it by value
+        add_import_folders(folders)
+
+    return {"worker_process_setup_hook": add_folders}
 
 
 def init_local_ray(num_cpus: int, object_store_bytes: int = 100 << 20) -> Any:
