@@ -163,6 +163,21 @@ def test_bench_runtime_and_envs_json(tmp_path) -> None:
     e = last_json(rlpar(tmp_path, "bench", "envs", "--json", "--quick"))
     assert {"rlpar", "gymnasium"} <= set(e["env_only"])
     assert set(e["actor_loop"]["python_env"]) == {"1", "2"} == set(e["actor_loop"]["native_env"])
+    for kind in ("python_env", "native_env", "native_fused"):
+        for n in ("1", "2"):
+            shares = e["actor_loop_gil"][kind][n]
+            assert set(shares) == {"held", "wait", "native", "ceiling"}
+            assert all(0 <= shares[k] <= 1 for k in ("held", "wait", "native")), shares
+    # A Python env holds the GIL for most of an actor's time; the fused unroll hardly at all.
+    assert (
+        e["actor_loop_gil"]["python_env"]["1"]["held"]
+        > e["actor_loop_gil"]["native_fused"]["1"]["held"]
+    )
+    assert r["env_only_steps_per_s"] > 0 and 0 < r["ratios"]["one_actor_vs_env_only"]
+    for case in ("1_actor", "2_actors", "1_actor_with_learner", "2_actors_with_learner"):
+        assert set(r["gil"][case]) == {
+            "actor_held", "actor_wait", "actor_native", "learner_held", "ceiling"
+        }  # fmt: skip
 
 
 def test_bench_scaling_json_has_a_value_per_thread_count(tmp_path) -> None:
@@ -180,6 +195,8 @@ def test_bench_scaling_json_has_a_value_per_thread_count(tmp_path) -> None:
         },
         "runtime": {"learner_idle", "learner_idle_k256", "learner_busy", "learner_threads"},
     }
+    assert set(r["predicted_ceiling"]["actor_loop"]) == {"python_env", "native_fused"}
+    assert set(r["predicted_ceiling"]["runtime"]) == set(sections["runtime"]) - {"learner_threads"}
     for section, cases in sections.items():
         assert set(r[section]) == cases == set(r["speedup"][section])
         for case in cases:

@@ -29,7 +29,7 @@ import numpy as np
 
 import rlpar
 from rlpar import _native
-from rlpar.bench.timing import import_optional, loop_rate, medians, sig
+from rlpar.bench.timing import import_optional, loop_rate_gil, medians, sig
 from rlpar.bench.workloads import PolicyAgent
 from rlpar.data import Rollout
 from rlpar.runtime.actor import Actor
@@ -177,9 +177,18 @@ def actor_loop_rates(
 ) -> dict[str, dict[str, float]]:
     """``{kind: {threads: env steps/s}}``: each kind at each thread count, side by side,
     medians of ``repeats`` rounds; the workers' envs are closed after."""
+    measured = actor_loop_measures(kinds, threads, budget, repeats)
+    return {kind: {n: m["rate"] for n, m in by_n.items()} for kind, by_n in measured.items()}
+
+
+def actor_loop_measures(
+    kinds: Sequence[str], threads: Sequence[int], budget: Budget, repeats: int
+) -> dict[str, dict[str, dict[str, float]]]:
+    """``{kind: {threads: {"rate", "held", "wait", "native", "ceiling"}}}``: env steps/s and
+    the threads' GIL shares (`rlpar.bench.timing.loop_rate_gil`), medians of ``repeats``."""
     workers = actor_loop_workers(kinds, threads)
     configs = {
-        key: (lambda ws=ws: loop_rate(ws, budget.warmup_s, budget.loop_s))
+        key: (lambda ws=ws: loop_rate_gil(ws, budget.warmup_s, budget.loop_s))
         for key, ws in workers.items()
     }
     try:
@@ -188,24 +197,41 @@ def actor_loop_rates(
         for ws in workers.values():
             for w in ws:
                 w.envs.close()
-    return {kind: {str(n): sig(med[kind, n]) for n in threads} for kind in kinds}
+    return {
+        kind: {
+            str(n): {k: sig(v, 4 if k == "rate" else 3) for k, v in med[kind, n].items()}
+            for n in threads
+        }
+        for kind in kinds
+    }
 
 
-def _actor_loop(budget: Budget) -> dict[str, dict[str, float]]:
+def _actor_loop(budget: Budget) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(rates {kind: {threads: env steps/s}}, GIL shares {kind: {threads: {...}}})."""
     kinds = ("python_env", "native_env", "native_fused")
-    return actor_loop_rates(kinds, THREADS, budget, budget.repeats)
+    measured = actor_loop_measures(kinds, THREADS, budget, budget.repeats)
+    rates = {kind: {n: m["rate"] for n, m in by_n.items()} for kind, by_n in measured.items()}
+    gil = {
+        kind: {n: {k: v for k, v in m.items() if k != "rate"} for n, m in by_n.items()}
+        for kind, by_n in measured.items()
+    }
+    return rates, gil
 
 
 def bench_envs(quick: bool = False) -> dict[str, Any]:
     """``{"env_only": {"rlpar", "gymnasium"[, "envpool"]: steps/s}, "actor_loop": {"python_env"
-    | "native_env" | "native_fused": {"1", "2": env steps/s over all threads}}, "real_envs":
+    | "native_env" | "native_fused": {"1", "2": env steps/s over all threads}},
+    "actor_loop_gil": {kind: {"1", "2": {"held", "wait", "native": the threads' GIL shares,
+    "ceiling": threads the GIL could serve at that held share (0: unbounded)}}}, "real_envs":
     {env: {mode: {"1", "2": ...}}}}`` (see `rlpar.bench.real_envs`), medians."""
     from rlpar.bench.real_envs import bench_real_envs
 
     budget = QUICK if quick else FULL
+    rates, gil = _actor_loop(budget)
     return {
         "env_only": _env_only(budget),
-        "actor_loop": _actor_loop(budget),
+        "actor_loop": rates,
+        "actor_loop_gil": gil,
         "num_envs": NUM_ENVS,
         "unroll_length": UNROLL,
         "real_envs": bench_real_envs(quick),

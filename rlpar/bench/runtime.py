@@ -8,6 +8,7 @@ alternate, and each value is the median of the repeats.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -21,7 +22,7 @@ from rlpar.nn import Net, NetSpec
 from rlpar.registry import make_agent
 from rlpar.runtime import Runner
 
-__all__ = ["bench_runtime"]
+__all__ = ["bench_runtime", "env_only_rate", "runtime_measure", "runtime_rate"]
 
 
 class _IdleLearner(Agent):
@@ -59,6 +60,25 @@ def runtime_rate(
     batch_rollouts: int = 1,
 ) -> float:
     """Env steps/s of one run, read from its progress reports after the first third."""
+    return runtime_measure(
+        num_actors, busy, seconds, envs_per_actor, env_id, unroll_length, learner_threads,
+        batch_rollouts,
+    )["rate"]  # fmt: skip
+
+
+def runtime_measure(
+    num_actors: int,
+    busy: bool,
+    seconds: float,
+    envs_per_actor: int,
+    env_id: str = "CartPole-v1",
+    unroll_length: int = 16,
+    learner_threads: int = 1,
+    batch_rollouts: int = 1,
+) -> dict[str, float]:
+    """`runtime_rate` as {"rate"}, with the run's GIL shares (`Progress.gil`): "actor_held",
+    "actor_wait", "actor_native" (all actors together), "learner_held", and "ceiling" (actor
+    threads the GIL could serve at these shares; 0 when unbounded)."""
     agent = make_agent("impala", {"optim": {"lr": 0.003}})
     if not busy:
         agent = _IdleLearner(agent)
@@ -68,31 +88,72 @@ def runtime_rate(
         checkpoint_interval_s=None, learner_threads=learner_threads,
     )  # fmt: skip
     samples: list[tuple[float, int]] = []
-    Runner(agent, EnvConfig(env_id), runtime).run(
+    runner = Runner(agent, EnvConfig(env_id), runtime)
+    result = runner.run(
         on_progress=lambda p: samples.append((p.wall_s, p.env_steps)), progress_interval_s=0.1
     )
     warm = [s for s in samples if s[0] >= seconds / 3]
     (t0, n0), (t1, n1) = warm[0], warm[-1]
-    return (n1 - n0) / (t1 - t0)
+    gil = result.gil
+    return {
+        "rate": (n1 - n0) / (t1 - t0),
+        "actor_held": gil["actors"]["held"],
+        "actor_wait": gil["actors"]["wait"],
+        "actor_native": gil["actors"]["native"],
+        "learner_held": gil["learner"]["held"],
+        "ceiling": gil["actor_ceiling"] or 0.0,
+    }
+
+
+def env_only_rate(seconds: float, num_envs: int, env_id: str = "CartPole-v1") -> float:
+    """Env steps/s of one thread that only steps the runtime's vector env (``"sync"``, random
+    actions drawn beforehand): the most a Python env allows without processes."""
+    envs = gym.make_vec(env_id, num_envs=num_envs)
+    try:
+        envs.reset(seed=0)
+        envs.action_space.seed(0)
+        actions = [envs.action_space.sample() for _ in range(64)]
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            for a in actions:
+                envs.step(a)
+            n += len(actions)
+        return n * num_envs / (time.perf_counter() - t0)
+    finally:
+        envs.close()
 
 
 def bench_runtime(quick: bool = False) -> dict[str, Any]:
-    """``{"env_steps_per_s": {"1": .., "2": ..}, "with_learner": {"1": .., "2": ..}}``."""
+    """``{"env_steps_per_s": {"1": .., "2": ..}, "with_learner": {"1": .., "2": ..},
+    "env_only_steps_per_s": one thread stepping the same vector env, "ratios": {...},
+    "gil": {configuration: GIL shares and the predicted actor ceiling}}``."""
     seconds, repeats = (0.6, 1) if quick else (3.0, 3)
     envs_per_actor = 16
-    configs = {
-        (actors, busy): (lambda a=actors, b=busy: runtime_rate(a, b, seconds, envs_per_actor))
+    configs: dict[Any, Any] = {
+        (actors, busy): (lambda a=actors, b=busy: runtime_measure(a, b, seconds, envs_per_actor))
         for actors in (1, 2)
         for busy in (False, True)
     }
+    configs["env_only"] = lambda: env_only_rate(seconds / 2, envs_per_actor)
     med = medians(configs, repeats)
-    out = {
-        "env_steps_per_s": {str(a): round(med[(a, False)]) for a in (1, 2)},
-        "with_learner": {str(a): round(med[(a, True)]) for a in (1, 2)},
+    rate = {key: m["rate"] for key, m in med.items() if key != "env_only"}
+    out: dict[str, Any] = {
+        "env_steps_per_s": {str(a): round(rate[(a, False)]) for a in (1, 2)},
+        "with_learner": {str(a): round(rate[(a, True)]) for a in (1, 2)},
+        "env_only_steps_per_s": round(med["env_only"]),
     }
     out["ratios"] = {
-        "two_actors_vs_one": round(med[(2, False)] / med[(1, False)], 3),
-        "learner_cost": {str(a): round(1 - med[(a, True)] / med[(a, False)], 3) for a in (1, 2)},
+        "two_actors_vs_one": round(rate[(2, False)] / rate[(1, False)], 3),
+        "learner_cost": {str(a): round(1 - rate[(a, True)] / rate[(a, False)], 3) for a in (1, 2)},
+        "one_actor_vs_env_only": round(rate[(1, False)] / med["env_only"], 3),
+    }
+    # GIL shares per configuration; the 1-actor rows predict the ceiling (no contention yet).
+    out["gil"] = {
+        f"{a}_actor{'s' if a > 1 else ''}{'_with_learner' if busy else ''}": {
+            k: round(v, 3) for k, v in med[(a, busy)].items() if k != "rate"
+        }
+        for a in (1, 2)
+        for busy in (False, True)
     }
     out["setup"] = {
         "env": "CartPole-v1 (gymnasium vector env)",

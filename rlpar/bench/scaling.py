@@ -41,10 +41,10 @@ import numpy as np
 
 import rlpar
 from rlpar import _native
-from rlpar.bench.envs import NUM_ENVS, UNROLL, actor_loop_rates
+from rlpar.bench.envs import NUM_ENVS, UNROLL, actor_loop_measures
 from rlpar.bench.envs import Budget as LoopBudget
 from rlpar.bench.net import forwards_per_second
-from rlpar.bench.runtime import runtime_rate
+from rlpar.bench.runtime import runtime_measure
 from rlpar.bench.timing import medians, sig
 from rlpar.bench.workloads import NATURE_NET, synthetic_batch
 from rlpar.parallel import ShardPool
@@ -125,11 +125,18 @@ def _snapshot_pins(threads: Sequence[int], budget: Budget) -> dict[str, dict[str
     }
 
 
-def _actor_loop(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, float]]:
+def _actor_loop(
+    threads: Sequence[int], budget: Budget
+) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """(env steps/s {kind: {N: ..}}, the ceiling the GIL meter predicts at the smallest N)."""
     loop_budget = LoopBudget(
         env_s=budget.seconds, loop_s=budget.seconds, warmup_s=budget.seconds / 3, repeats=1
     )
-    return actor_loop_rates(("python_env", "native_fused"), threads, loop_budget, budget.repeats)
+    kinds = ("python_env", "native_fused")
+    measured = actor_loop_measures(kinds, threads, loop_budget, budget.repeats)
+    rates = {kind: {n: m["rate"] for n, m in by_n.items()} for kind, by_n in measured.items()}
+    first = str(min(threads))
+    return rates, {kind: measured[kind][first]["ceiling"] for kind in kinds}
 
 
 def _learner_step(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, float]]:
@@ -188,10 +195,15 @@ RUNTIME_MODES = ("learner_idle", "learner_idle_k256", "learner_busy", "learner_t
 POOLED_ACTORS = 2
 
 
-def _runtime(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, float]]:
-    def measure(mode: str, n: int) -> float:
+def _runtime(
+    threads: Sequence[int], budget: Budget
+) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """(env steps/s {mode: {N: ..}}, the actor ceiling the GIL meter predicts at the smallest
+    N, for the modes whose thread count is the actors')."""
+
+    def measure(mode: str, n: int) -> dict[str, float]:
         if mode == "learner_threads":  # a learner-bound run: 2 actors, batches of 2 rollouts
-            return runtime_rate(
+            return runtime_measure(
                 POOLED_ACTORS,
                 True,
                 budget.runtime_s,
@@ -202,7 +214,7 @@ def _runtime(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, floa
                 batch_rollouts=2,
             )
         envs = 4 * NUM_ENVS if mode == "learner_idle_k256" else NUM_ENVS
-        return runtime_rate(
+        return runtime_measure(
             n,
             mode == "learner_busy",
             budget.runtime_s,
@@ -217,7 +229,14 @@ def _runtime(threads: Sequence[int], budget: Budget) -> dict[str, dict[str, floa
         for n in threads
     }  # fmt: skip
     med = medians(configs, budget.runtime_repeats)
-    return {mode: {str(n): sig(med[mode, n]) for n in threads} for mode in RUNTIME_MODES}
+    rates = {mode: {str(n): sig(med[mode, n]["rate"]) for n in threads} for mode in RUNTIME_MODES}
+    first = min(threads)
+    ceilings = {
+        mode: sig(med[mode, first]["ceiling"], 3)
+        for mode in RUNTIME_MODES
+        if mode != "learner_threads"
+    }
+    return rates, ceilings
 
 
 def _speedups(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -239,7 +258,8 @@ def bench_scaling(threads: Sequence[int] = DEFAULT_THREADS, quick: bool = False)
     {N: samples/s}},
     "runtime": {"learner_idle"|"learner_idle_k256"|"learner_busy"|"learner_threads": {N: env
     steps/s}},
-    "speedup": {section: {case: {N: value / value at the smallest N}}}, "setup": {...}}``;
+    "speedup": {section: {case: {N: value / value at the smallest N}}},
+    "predicted_ceiling": {"actor_loop"|"runtime": {case: threads}}, "setup": {...}}``;
     every value a median of repeats.
     """
     threads = tuple(sorted(set(threads)))
@@ -253,10 +273,13 @@ def bench_scaling(threads: Sequence[int] = DEFAULT_THREADS, quick: bool = False)
         else os.cpu_count(),
         "net_forward": _net_forward(threads, budget),
         "snapshot_pins": _snapshot_pins(threads, budget),
-        "actor_loop": _actor_loop(threads, budget),
-        "learner_step": _learner_step(threads, budget),
-        "runtime": _runtime(threads, budget),
     }
+    result["actor_loop"], loop_ceiling = _actor_loop(threads, budget)
+    result["learner_step"] = _learner_step(threads, budget)
+    result["runtime"], runtime_ceiling = _runtime(threads, budget)
+    # Thread counts past which the GIL meter, read at the smallest count, says a path stops
+    # scaling (Amdahl over its GIL-held share; 0: unbounded), beside the measured scaling.
+    result["predicted_ceiling"] = {"actor_loop": loop_ceiling, "runtime": runtime_ceiling}
     result["speedup"] = {section: _speedups(result[section]) for section in SECTIONS}
     result["setup"] = {
         "mlp": "4-64-64 tanh, categorical(2) + value",
@@ -284,6 +307,10 @@ def format_scaling(r: dict[str, Any]) -> str:
             sp = r["speedup"][section][case]
             cells = "".join(f"{by_n[n]:>11.3g} ×{sp[n]:<5.3g}" for n in ns)
             lines.append(f"  {case:<20}{cells}")
+    lines.append(f"predicted ceiling (GIL meter at N={ns[0]}; threads, 0: unbounded)")
+    for section, by_case in r.get("predicted_ceiling", {}).items():
+        cells = ", ".join(f"{case} {value:.3g}" for case, value in by_case.items())
+        lines.append(f"  {section:<20}{cells}")
     return "\n".join(lines)
 
 

@@ -21,12 +21,15 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+from rlpar.runtime.gil_meter import GilTimes, ThreadMeter, actor_ceiling
+
 __all__ = [
     "BackgroundLoad",
     "Loop",
     "cpus",
     "import_optional",
     "loop_rate",
+    "loop_rate_gil",
     "medians",
     "sig",
     "single_threaded",
@@ -103,8 +106,24 @@ class Loop(Protocol):
 def loop_rate(workers: Sequence[Loop], warmup_s: float, seconds: float) -> float:
     """Steps/s of all ``workers`` together, each looping on its own thread: counted over
     ``seconds`` after ``warmup_s`` of running; the threads are stopped and joined after."""
+    return loop_rate_gil(workers, warmup_s, seconds)["rate"]
+
+
+def loop_rate_gil(workers: Sequence[Loop], warmup_s: float, seconds: float) -> dict[str, float]:
+    """`loop_rate` as {"rate"}, with the workers' GIL shares over their whole loop
+    (`rlpar.runtime.gil_meter`, the mean over threads): {"held", "wait", "native"}, and
+    "ceiling": the threads of this loop the GIL could serve (1 / held; 0 when unbounded)."""
     stop = threading.Event()
-    threads = [threading.Thread(target=w.loop, args=(stop,)) for w in workers]
+    meters: list[GilTimes] = [GilTimes()] * len(workers)
+
+    def metered(i: int) -> None:
+        meter = ThreadMeter()
+        try:
+            workers[i].loop(stop)
+        finally:
+            meters[i] = meter.read()
+
+    threads = [threading.Thread(target=metered, args=(i,)) for i in range(len(workers))]
     for t in threads:
         t.start()
     try:
@@ -116,7 +135,9 @@ def loop_rate(workers: Sequence[Loop], warmup_s: float, seconds: float) -> float
         stop.set()
         for t in threads:
             t.join()
-    return (n1 - n0) / (t1 - t0)
+    shares = sum(meters, GilTimes()).shares()
+    ceiling = actor_ceiling(shares["held"])
+    return {"rate": (n1 - n0) / (t1 - t0), **shares, "ceiling": ceiling if ceiling < 1e9 else 0.0}
 
 
 def import_optional(name: str) -> Any:

@@ -508,7 +508,7 @@ class SplitEnvs(VectorEnv):
     def reset(self, *, seed: Any = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         seeds = per_env_seeds(seed, self.num_envs)
         obs = [
-            h.reset(seed=None if seeds is None else seeds[c])[0]
+            h.reset(seed=None if seeds is None else seeds[c])[0]  # type: ignore[arg-type]
             for h, c in zip(self.halves, self.cols, strict=True)
         ]
         return np.concatenate(obs), {}
