@@ -137,12 +137,12 @@ def _register_entry_point(ep: metadata.EntryPoint, source: str) -> None:
     register_agent(ep.name, factory, source=source)
 
 
-def how_to_register(name: str) -> str:
-    """How to make agent ``name`` known, for an error message."""
+def how_to_register(name: str, where: str = "before this call") -> str:
+    """How to make agent ``name`` known, for an error message; ``where`` says where the
+    `register_agent` call goes."""
     return (
-        f"to add one, call rlpar.register_agent({name!r}, YourAgent, YourConfig) in a module "
-        f"that is imported first, or declare an entry point in the group {ENTRY_POINT_GROUP!r} "
-        "of an installed package"
+        f"register one with rlpar.register_agent({name!r}, YourAgent, YourConfig) {where}, or "
+        f"with an entry point in the group {ENTRY_POINT_GROUP!r} of an installed package"
     )
 
 
