@@ -221,3 +221,24 @@ def test_bench_scaling_rejects_bad_thread_counts_from_python() -> None:
     for bad in ([], [0, 1], [257]):
         with pytest.raises(ValueError, match="expected thread counts between 1 and 256"):
             bench_scaling(bad, quick=True)
+
+
+def test_bench_soak_json_reports_rss_growth_per_path(tmp_path) -> None:
+    r = last_json(rlpar(tmp_path, "bench", "soak", "--quick", "--json"))
+    for path in ("python_env", "native_fused"):
+        report = r[path]
+        assert report["env_steps"] > 0 and report["samples"] >= 5
+        assert 10 < report["rss_after_warmup_mb"] <= report["rss_max_mb"]
+        assert isinstance(report["growth_mb_per_million_env_steps"], float)
+    proc = rlpar(tmp_path, "bench", "soak", "--seconds", "-1")
+    assert proc.returncode == 2 and "--seconds: expected a number > 0, got -1" in proc.stderr
+
+
+def test_rss_growth_is_the_slope_after_the_warmup_per_million_steps() -> None:
+    from rlpar.bench.soak import rss_growth
+
+    # 1 MB per second after a warm-up jump, 2M env steps in 10 s: 5 MB per million env steps.
+    samples = [(0.0, 10.0), (1.0, 40.0)] + [(float(t), 40.0 + t) for t in range(3, 11)]
+    assert rss_growth(samples, env_steps=2_000_000, wall_s=10.0) == pytest.approx(5.0)
+    assert rss_growth(samples[:3], env_steps=10, wall_s=10.0) is None
+    assert rss_growth(samples, env_steps=0, wall_s=10.0) is None

@@ -76,6 +76,7 @@ class _Bench:
     measure: str
     table: str | None = None
     threads: bool = False  # takes --threads N,N,.. (passed as the first argument)
+    seconds: float | None = None  # takes --seconds S (this default), passed as ``seconds``
 
 
 _BENCHES = (
@@ -139,6 +140,16 @@ _BENCHES = (
         "scaling:format_scaling",
         threads=True,
     ),
+    _Bench(
+        "soak",
+        "RSS of a long rlpar train: growth per million env steps",
+        "Runs `rlpar train` (IMPALA CartPole, no target, TensorBoard and periodic "
+        "evaluations on) for --seconds on gymnasium's CartPole and on rlpar's native one, "
+        "samples the process's resident memory, and reports its growth per million env steps "
+        "after a warm-up (the first quarter). Takes twice --seconds.",
+        "soak:bench_soak",
+        seconds=300.0,
+    ),
 )
 
 
@@ -160,6 +171,14 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
                 default="1,2,4,8,16",
                 metavar="N,N,..",
                 help="thread counts to measure (default 1,2,4,8,16)",
+            )
+        if bench.seconds is not None:
+            p.add_argument(
+                "--seconds",
+                type=float,
+                default=bench.seconds,
+                metavar="S",
+                help=f"wall time of each measured run (default {bench.seconds:g})",
             )
         p.add_argument("--json", action="store_true", help=_JSON_HELP)
         p.add_argument(
@@ -186,6 +205,14 @@ def _run_bench(args: argparse.Namespace) -> int:
             print(f"rlpar bench {bench.name}: --threads: {exc}", file=sys.stderr)
             return 2
         result = measure(threads, quick=args.quick)
+    elif bench.seconds is not None:
+        if not args.seconds > 0:
+            print(
+                f"rlpar bench {bench.name}: --seconds: expected a number > 0, got {args.seconds}",
+                file=sys.stderr,
+            )
+            return 2
+        result = measure(seconds=args.seconds, quick=args.quick)
     else:
         result = measure(quick=args.quick)
     if args.json:
@@ -303,6 +330,14 @@ def _train_text(s: dict) -> str:
         )
     if s.get("checkpoint"):
         lines.append(f"checkpoint:    {s['checkpoint']}")
+    gil = s.get("gil") or {}
+    if "actors" in gil:
+        a, learner, ceiling = gil["actors"], gil["learner"], gil.get("actor_ceiling")
+        room = "no GIL limit" if ceiling is None else f"the GIL serves ~{ceiling:.1f} actors"
+        lines.append(
+            f"GIL:           actors held {a['held']:.0%}, waited {a['wait']:.0%} to re-take it, "
+            f"{a['native']:.0%} native; learner held {learner['held']:.0%} ({room})"
+        )
     return "\n".join(lines)
 
 
