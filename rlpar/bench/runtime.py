@@ -22,7 +22,7 @@ from rlpar.nn import Net, NetSpec
 from rlpar.registry import make_agent
 from rlpar.runtime import Runner
 
-__all__ = ["bench_runtime", "env_only_rate", "runtime_measure", "runtime_rate"]
+__all__ = ["bench_runtime", "env_only_rate", "runtime_measure"]
 
 
 class _IdleLearner(Agent):
@@ -49,23 +49,6 @@ class _IdleLearner(Agent):
         return {}
 
 
-def runtime_rate(
-    num_actors: int,
-    busy: bool,
-    seconds: float,
-    envs_per_actor: int,
-    env_id: str = "CartPole-v1",
-    unroll_length: int = 16,
-    learner_threads: int = 1,
-    batch_rollouts: int = 1,
-) -> float:
-    """Env steps/s of one run, read from its progress reports after the first third."""
-    return runtime_measure(
-        num_actors, busy, seconds, envs_per_actor, env_id, unroll_length, learner_threads,
-        batch_rollouts,
-    )["rate"]  # fmt: skip
-
-
 def runtime_measure(
     num_actors: int,
     busy: bool,
@@ -76,7 +59,8 @@ def runtime_measure(
     learner_threads: int = 1,
     batch_rollouts: int = 1,
 ) -> dict[str, float]:
-    """`runtime_rate` as {"rate"}, with the run's GIL shares (`Progress.gil`): "actor_held",
+    """Env steps/s of one run ("rate", read from its progress reports after the first third),
+    with the run's GIL shares (`Progress.gil`): "actor_held",
     "actor_wait", "actor_native" (all actors together), "learner_held", and "ceiling" (actor
     threads the GIL could serve at these shares; 0 when unbounded)."""
     agent = make_agent("impala", {"optim": {"lr": 0.003}})
