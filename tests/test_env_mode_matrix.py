@@ -244,3 +244,11 @@ def test_resume_from_a_directory_without_checkpoints_says_so(tmp_path: Path) -> 
     agent = rlpar.make_agent("impala")
     with pytest.raises(CheckpointError, match="no checkpoint in this directory"):
         Runner(agent, EnvConfig(), RuntimeConfig(), resume=tmp_path)
+
+
+def test_rlpar_train_refuses_a_layout_that_does_not_fit_when_it_reads_the_file(
+    tmp_path: Path,
+) -> None:
+    config = write_config(tmp_path, "async-workers", False, steps=1000)
+    with pytest.raises(ConfigError, match="env.workers_per_actor: expected a divisor"):
+        load_experiment(config, ["runtime.envs_per_actor=3"])

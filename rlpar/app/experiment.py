@@ -51,6 +51,7 @@ from rlpar.config import (
     EnvConfig,
     EvalConfig,
     RuntimeConfig,
+    check_env_layout,
     check_field_types,
     from_dict,
     to_dict,
@@ -287,12 +288,14 @@ def experiment_from_dict(data: dict[str, Any], default_name: str = "experiment")
             f"registered agents: {', '.join(agents)}; {_how_to_plug_in(agent_name, data)}"
         )
     agent_cls = agents[agent_name].config
+    env, runtime = _section(EnvConfig, data, "env"), _section(RuntimeConfig, data, "runtime")
+    check_env_layout(env, runtime)
     return Experiment(
         name=name,
-        env=_section(EnvConfig, data, "env"),
+        env=env,
         agent_name=agent_name,
         agent=from_dict(agent_cls, _nones(agent_cls, agent_table), prefix="agent."),
-        runtime=_section(RuntimeConfig, data, "runtime"),
+        runtime=runtime,
         log=_section(LogConfig, data, "log"),
         eval=_section(EvalConfig, data, "eval"),
         plugins=tuple(_names(data, "plugins", "module names", _MODULE)),
