@@ -263,6 +263,27 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         help="print the summary (summary.json) as one JSON object on the last line of stdout",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
+    p.add_argument(
+        "--seeds",
+        metavar="SEEDS",
+        help="train once per seed (runtime.seed), e.g. 0-4 or 0,3,7: each seed's run directory "
+        "under one parent <logdir>/<name>/seeds-<timestamp>/, which gets aggregate.json and "
+        "aggregate.md (per-seed rows; mean, interquartile mean and 95%% bootstrap CI of the "
+        "evaluated return and the time to target). A seed that crashes is reported as crashed",
+    )
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --seeds: how many seeds train at a time (default 1), each in its own process",
+    )
+    p.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        help="make the run directory exactly DIR (it must not exist) instead of "
+        "<logdir>/<name>/<timestamp>/",
+    )
     p.set_defaults(run=_run_train)
 
 
@@ -288,11 +309,15 @@ def _run_train(args: argparse.Namespace) -> int:
     from rlpar.config import ConfigError
 
     _setup_logging(args.quiet)
+    if args.seeds is not None:
+        return _run_seeds(args)
     try:
         exp = load_experiment(args.config, args.overrides)
         if args.logdir is not None:
             exp = dataclasses.replace(exp, log=dataclasses.replace(exp.log, logdir=args.logdir))
-        training = Training(exp, resume=args.resume)
+        training = Training(exp, resume=args.resume, run_dir=args.run_dir)
+    except FileExistsError as e:
+        return _error("train", f"--run-dir: expected a directory that does not exist: {e}", 2)
     except CheckpointError as e:
         return _error("train", e, 1)
     except (ConfigError, ValueError) as e:
@@ -309,6 +334,36 @@ def _run_train(args: argparse.Namespace) -> int:
     else:
         print(_train_text(summary))
     return 0 if summary["stopped_by"] in _OK_STOPS else _SIGNAL_EXIT.get(summary["stopped_by"], 1)
+
+
+def _run_seeds(args: argparse.Namespace) -> int:
+    from rlpar.app.seeds import parse_seeds, run_seeds
+    from rlpar.config import ConfigError
+
+    if args.resume is not None or args.run_dir is not None:
+        return _error("train", "--seeds: expected neither --resume nor --run-dir with it", 2)
+    log = logging.getLogger("rlpar")
+    try:
+        seeds = parse_seeds(args.seeds)
+        parent, rows, agg = run_seeds(
+            args.config,
+            args.overrides,
+            seeds,
+            parallel=args.parallel,
+            logdir=args.logdir,
+            on_done=lambda row: log.info(
+                "seed %s: %s", row["seed"], row["status"] if row["status"] != "ok" else
+                f"evaluated return {row['eval_return']}, {row['wall_s']:.1f} s"
+            ),
+        )  # fmt: skip
+    except (ConfigError, ValueError, OSError) as e:
+        return _error("train", e, 2)
+    if args.json:
+        print(json.dumps({"parent": str(parent.resolve()), "rows": rows, **agg}))
+    else:
+        print((parent / "aggregate.md").read_text(), end="")
+        print(f"runs and aggregate.json: {parent}")
+    return 0 if not agg["crashed"] else 1
 
 
 def _train_text(s: dict) -> str:

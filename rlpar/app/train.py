@@ -46,9 +46,10 @@ def load_env_plugins() -> None:
             raise
 
 
-def make_run_dir(root: Path) -> Path:
-    """A new folder ``root/<timestamp>`` (``-1``, ``-2``, ... if runs start in one second)."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+def make_run_dir(root: Path, prefix: str = "") -> Path:
+    """A new folder ``root/<prefix><timestamp>`` (``-1``, ``-2``, ... if runs start in one
+    second)."""
+    stamp = prefix + time.strftime("%Y%m%d-%H%M%S")
     for i in itertools.count():
         path = root / (stamp if i == 0 else f"{stamp}-{i}")
         try:
@@ -63,12 +64,23 @@ class Training:
     """Build everything a run needs (errors in the config, env, agent or the checkpoint to
     resume from surface here, and leave no run directory behind), then `run` once."""
 
-    def __init__(self, experiment: Experiment, resume: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        experiment: Experiment,
+        resume: str | Path | None = None,
+        run_dir: str | Path | None = None,
+    ) -> None:
+        """``run_dir``: the run directory itself (it must not exist yet; its parent may), instead
+        of a new ``<log.logdir>/<name>/<timestamp>/``."""
         self.experiment = experiment
         self.config = experiment.to_dict()
         load_env_plugins()
         agent = experiment.make_agent()
-        self.run_dir = make_run_dir(Path(experiment.log.logdir) / experiment.name)
+        if run_dir is None:
+            self.run_dir = make_run_dir(Path(experiment.log.logdir) / experiment.name)
+        else:
+            self.run_dir = Path(run_dir)
+            self.run_dir.mkdir(parents=True)  # FileExistsError: never mix two runs' files
         try:
             self.runner = Runner(
                 agent,

@@ -1,0 +1,264 @@
+"""``rlpar train CONFIG --seeds 0-4``: one experiment over several seeds, and honest aggregates.
+
+::
+
+    <log.logdir>/<name>/seeds-<timestamp>/
+        seed-0/ ... seed-4/   one run directory per seed (what ``rlpar train`` makes for one)
+        seed-N.log, .json     each seed's progress log and its summary line
+        aggregate.json        per-seed rows and the statistics across seeds
+        aggregate.md          the same as a Markdown table
+
+The seeds run one after another, or ``parallel`` at a time, each in a child ``rlpar train``
+process. A seed whose run fails is reported as crashed (with its error's last line) and the
+others still run. Across seeds: the mean, the interquartile mean (the mean of the middle half,
+less moved by one outlier seed than the mean) and a 95 % percentile-bootstrap confidence
+interval of the mean, of the evaluated return (the final evaluation's first policy) and of the
+time to the target return (over the seeds that reached it, with how many did).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlpar.app.experiment import Experiment, load_experiment
+from rlpar.app.train import make_run_dir
+from rlpar.config import ConfigError
+
+__all__ = ["aggregate", "bootstrap_ci", "format_aggregate", "iqm", "parse_seeds", "run_seeds"]
+
+_RANGE = re.compile(r"(\d+)-(\d+)")
+MAX_SEEDS = 1000
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0-4"`` -> [0, 1, 2, 3, 4]; ``"0,3,7"`` -> [0, 3, 7]; ``"5"`` -> [5]. Ranges and
+    lists mix (``"0-2,9"``); duplicates are an error. `ConfigError` naming what came."""
+    seeds: list[int] = []
+    expected = "a range like 0-4 or a list like 0,3,7 of integers >= 0"
+    for part in text.split(","):
+        part = part.strip()
+        m = _RANGE.fullmatch(part)
+        if m:
+            lo, hi = int(m.group(1)), int(m.group(2))
+            if hi < lo:
+                raise ConfigError(f"--seeds: the range {part!r} ends before it starts")
+            seeds += range(lo, hi + 1)
+        elif part.isdigit():
+            seeds.append(int(part))
+        else:
+            raise ConfigError(f"--seeds: expected {expected}, got {text!r}")
+        if len(seeds) > MAX_SEEDS:
+            raise ConfigError(f"--seeds: expected at most {MAX_SEEDS} seeds, got more in {text!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds: expected each seed once, got {text!r}")
+    return seeds
+
+
+def iqm(values: Sequence[float]) -> float:
+    """Interquartile mean: the mean of the middle 50 % of ``values`` (sorted; a quarter
+    trimmed from each end, fractional ends weighted, as rliable's IQM and scipy's
+    ``trim_mean(x, 0.25)`` take it for n divisible by 4)."""
+    x = np.sort(np.asarray(values, np.float64))
+    n = len(x)
+    if n == 0:
+        return math.nan
+    lo, hi = 0.25 * n, 0.75 * n
+    # Weight each sorted value by how much of it lies inside [lo, hi) on the index axis.
+    weights = np.clip(np.minimum(np.arange(1, n + 1), hi) - np.maximum(np.arange(n), lo), 0, 1)
+    return float(np.sum(weights * x) / np.sum(weights))
+
+
+def bootstrap_ci(
+    values: Sequence[float], confidence: float = 0.95, resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile-bootstrap confidence interval of the mean of ``values`` (resampled with
+    replacement ``resamples`` times from a generator seeded ``seed``, so it is reproducible).
+    One value: (value, value); none: (nan, nan)."""
+    x = np.asarray(values, np.float64)
+    if len(x) == 0:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, len(x), size=(resamples, len(x)))].mean(axis=1)
+    tail = (1 - confidence) / 2 * 100
+    lo, hi = np.percentile(means, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def _stats(values: list[float]) -> dict[str, Any]:
+    lo, hi = bootstrap_ci(values)
+    return {
+        "n": len(values),
+        "mean": float(np.mean(values)) if values else None,
+        "iqm": iqm(values) if values else None,
+        "ci95": [lo, hi] if values else None,
+        "min": min(values) if values else None,
+        "max": max(values) if values else None,
+    }
+
+
+def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Statistics across seeds of per-seed rows (``seed``, ``status`` "ok" | "crashed",
+    ``eval_return``, ``time_to_target_s``, ``env_steps``, ``wall_s``)."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    returns = [r["eval_return"] for r in ok if r.get("eval_return") is not None]
+    times = [r["time_to_target_s"] for r in ok if r.get("time_to_target_s") is not None]
+    return {
+        "seeds": [r["seed"] for r in rows],
+        "finished": len(ok),
+        "crashed": [r["seed"] for r in rows if r["status"] != "ok"],
+        "eval_return": _stats(returns),
+        "time_to_target_s": {**_stats(times), "reached": len(times), "of": len(ok)},
+        "wall_s": _stats([r["wall_s"] for r in ok]),
+        "env_steps": _stats([float(r["env_steps"]) for r in ok]),
+    }
+
+
+def _fmt(x: Any, digits: int = 2) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def format_aggregate(name: str, rows: list[dict[str, Any]], agg: dict[str, Any]) -> str:
+    """The Markdown report: a row per seed, then the statistics across seeds."""
+    lines = [
+        f"# {name}: {len(rows)} seeds",
+        "",
+        "| seed | status | evaluated return | time to target (s) | env steps | wall (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        status = r["status"] if r["status"] == "ok" else f"crashed: {r.get('error', '')}"
+        lines.append(
+            f"| {r['seed']} | {status} | {_fmt(r.get('eval_return'))} | "
+            f"{_fmt(r.get('time_to_target_s'), 1)} | {r.get('env_steps', '—')} | "
+            f"{_fmt(r.get('wall_s'), 1)} |"
+        )
+    lines += ["", "| across seeds | n | mean | IQM | 95 % CI of the mean | min | max |"]
+    lines.append("|---|---|---|---|---|---|---|")
+    labels = {
+        "eval_return": "evaluated return",
+        "time_to_target_s": "time to target (s)",
+        "wall_s": "wall (s)",
+    }
+    for key, label in labels.items():
+        s = agg[key]
+        ci = s["ci95"]
+        n = f"{s['n']}" + (f" of {s['of']} reached" if key == "time_to_target_s" else "")
+        ci_text = f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "—"
+        lines.append(
+            f"| {label} | {n} | {_fmt(s['mean'])} | {_fmt(s['iqm'])} | {ci_text} | "
+            f"{_fmt(s['min'])} | {_fmt(s['max'])} |"
+        )
+    if agg["crashed"]:
+        lines += ["", f"Crashed seeds (left out of the statistics): {agg['crashed']}"]
+    return "\n".join(lines) + "\n"
+
+
+def _row(seed: int, summary: dict[str, Any]) -> dict[str, Any]:
+    evaluation = summary.get("evaluation") or []
+    return {
+        "seed": seed,
+        "status": "ok",
+        "eval_return": evaluation[0]["mean_return"] if evaluation else None,
+        "time_to_target_s": summary.get("time_to_target_s"),
+        "env_steps": summary["env_steps"],
+        "wall_s": summary["wall_s"],
+        "stopped_by": summary["stopped_by"],
+        "run_dir": summary["run_dir"],
+    }
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _child_command(config: str, overrides: Sequence[str], seed: int, run_dir: Path) -> list[str]:
+    cmd = [sys.executable, "-m", "rlpar", "train", config, "--quiet", "--json"]
+    for o in (*overrides, f"runtime.seed={seed}"):
+        cmd += ["--set", o]
+    return [*cmd, "--run-dir", str(run_dir)]
+
+
+def _last_line_error(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def run_seeds(
+    config: str,
+    overrides: Sequence[str],
+    seeds: Sequence[int],
+    parallel: int = 1,
+    logdir: str | None = None,
+    on_done: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[Path, list[dict[str, Any]], dict[str, Any]]:
+    """Train ``config`` (with ``overrides``) once per seed, each in a child ``rlpar train``
+    process, ``parallel`` at a time; write ``aggregate.json`` and ``aggregate.md`` into the
+    parent directory. Returns (parent directory, per-seed rows, aggregate). ``on_done`` is
+    called with each seed's row as it finishes."""
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+        raise ConfigError(f"--parallel: expected an integer >= 1, got {parallel!r}")
+    exp: Experiment = load_experiment(config, [*overrides, f"runtime.seed={seeds[0]}"])
+    if logdir is not None:
+        exp = dataclasses.replace(exp, log=dataclasses.replace(exp.log, logdir=logdir))
+    parent = make_run_dir(Path(exp.log.logdir) / exp.name, prefix="seeds-")
+    pending = list(seeds)
+    running: list[tuple[int, subprocess.Popen, Path]] = []
+    rows: dict[int, dict[str, Any]] = {}
+    try:
+        while pending or running:
+            while pending and len(running) < parallel:
+                seed = pending.pop(0)
+                log_path = parent / f"seed-{seed}.log"
+                with open(log_path, "wb") as err, open(log_path.with_suffix(".json"), "wb") as out:
+                    proc = subprocess.Popen(
+                        _child_command(config, overrides, seed, parent / f"seed-{seed}"),
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=err,
+                    )
+                running.append((seed, proc, log_path))
+            time.sleep(0.05)
+            for item in [r for r in running if r[1].poll() is not None]:
+                running.remove(item)
+                seed, proc, log_path = item
+                rows[seed] = _finished(seed, proc, log_path)
+                if on_done is not None:
+                    on_done(rows[seed])
+    finally:
+        for _, proc, _ in running:  # interrupted: no child outlives the command
+            proc.terminate()
+            proc.wait()
+    ordered = [rows[s] for s in seeds]
+    agg = aggregate(ordered)
+    _write_atomically(parent / "aggregate.json", json.dumps({"rows": ordered, **agg}, indent=2))
+    _write_atomically(parent / "aggregate.md", format_aggregate(exp.name, ordered, agg))
+    return parent, ordered, agg
+
+
+def _finished(seed: int, proc: subprocess.Popen, log_path: Path) -> dict[str, Any]:
+    """The row of a child that ended: its summary (the last line of its ``--json`` output),
+    or "crashed" with the last line of its log."""
+    lines = log_path.with_suffix(".json").read_text(errors="replace").strip().splitlines()
+    if proc.returncode == 0 and lines:
+        try:
+            return _row(seed, json.loads(lines[-1]))
+        except (json.JSONDecodeError, KeyError):
+            pass
+    error = _last_line_error(log_path.read_text(errors="replace"))
+    return {"seed": seed, "status": "crashed", "error": f"exit {proc.returncode}: {error}"}

@@ -1,0 +1,181 @@
+"""``rlpar train CONFIG --seeds``: seed lists, the statistics against hand computations, and a
+whole multi-seed run as a user starts it (one seed crashing, the others still reported)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlpar.app.seeds import aggregate, bootstrap_ci, format_aggregate, iqm, parse_seeds
+from rlpar.config import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(
+    ("text", "seeds"),
+    [("0-4", [0, 1, 2, 3, 4]), ("0,3,7", [0, 3, 7]), ("5", [5]), ("0-2, 9", [0, 1, 2, 9])],
+)
+def test_seed_lists(text: str, seeds: list[int]) -> None:
+    assert parse_seeds(text) == seeds
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("", "expected a range like 0-4 or a list like 0,3,7"),
+        ("a-b", "expected a range like 0-4"),
+        ("-1", "expected a range like 0-4"),
+        ("1.5", "expected a range like 0-4"),
+        ("4-2", "the range '4-2' ends before it starts"),
+        ("1,1", "expected each seed once"),
+        ("0-5000", "expected at most 1000 seeds"),
+    ],
+)
+def test_bad_seed_lists_say_what_was_expected(text: str, said: str) -> None:
+    with pytest.raises(ConfigError, match=said):
+        parse_seeds(text)
+
+
+def test_iqm_is_the_mean_of_the_middle_half() -> None:
+    assert iqm([1, 2, 3, 4, 5, 6, 7, 8]) == pytest.approx(np.mean([3, 4, 5, 6]))
+    assert iqm([100, 1, 2, 3]) == pytest.approx(2.5)  # one outlier seed moves it little
+    # n = 5: the middle half is 2.5 values (indices 1.25..3.75): 0.75*x1 + x2 + 0.75*x3.
+    assert iqm([0, 10, 20, 30, 40]) == pytest.approx((0.75 * 10 + 20 + 0.75 * 30) / 2.5)
+    assert iqm([7]) == 7
+
+
+def test_the_bootstrap_interval_of_the_mean() -> None:
+    assert bootstrap_ci([3.0]) == (3.0, 3.0)
+    lo, hi = bootstrap_ci([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert 1.0 <= lo < 3.0 < hi <= 5.0
+    assert bootstrap_ci([1.0, 2.0, 3.0, 4.0, 5.0]) == (lo, hi)  # seeded: reproducible
+    # Against a hand-written bootstrap with the same generator and draws.
+    x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    idx = np.random.default_rng(0).integers(0, 5, size=(10_000, 5))
+    means = sorted(float(np.mean(x[i])) for i in idx)
+    assert lo == pytest.approx(np.percentile(means, 2.5))
+    assert hi == pytest.approx(np.percentile(means, 97.5))
+
+
+def test_aggregate_leaves_crashed_seeds_out_and_counts_who_reached_the_target() -> None:
+    rows = [
+        {"seed": 0, "status": "ok", "eval_return": 500.0, "time_to_target_s": 1.0,
+         "env_steps": 100, "wall_s": 2.0},
+        {"seed": 1, "status": "crashed", "error": "exit 1: boom"},
+        {"seed": 2, "status": "ok", "eval_return": 300.0, "time_to_target_s": None,
+         "env_steps": 300, "wall_s": 4.0},
+    ]  # fmt: skip
+    agg = aggregate(rows)
+    assert agg["finished"] == 2 and agg["crashed"] == [1]
+    assert agg["eval_return"]["mean"] == 400.0 and agg["eval_return"]["n"] == 2
+    assert agg["time_to_target_s"]["reached"] == 1 and agg["time_to_target_s"]["of"] == 2
+    assert agg["wall_s"]["mean"] == 3.0
+    text = format_aggregate("x", rows, agg)
+    assert "| 1 | crashed: exit 1: boom |" in text and "| evaluated return | 2 | 400.00" in text
+    assert "Crashed seeds (left out of the statistics): [1]" in text
+
+
+CONFIG = """name = "seeds"
+plugins = ["breaks_on_seed"]
+
+[env]
+id = "BreaksOnSeed-v0"
+setup = "breaks_on_seed:register"
+
+[agent]
+name = "impala"
+
+[runtime]
+num_actors = 1
+envs_per_actor = 4
+unroll_length = 8
+batch_rollouts = 1
+total_env_steps = 2000
+
+[eval]
+episodes = 2
+"""
+
+# The env of CONFIG; its registration fails in the child that trains runtime.seed=1 (it reads
+# its own command line), so one seed of the run crashes and the others must still be reported.
+PLUGIN = """import os
+
+import gymnasium as gym
+import numpy as np
+
+
+class Walk(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(2, np.float32), float(action), self.t >= 5, False, {}
+
+
+def register():
+    if "BreaksOnSeed-v0" not in gym.registry:
+        gym.register("BreaksOnSeed-v0", entry_point=Walk)
+    if os.environ.get("RLPAR_TEST_SEED_MARK") and "runtime.seed=1" in " ".join(
+        open(f"/proc/{os.getpid()}/cmdline").read().split("\\0")
+    ):
+        raise RuntimeError("seed 1 breaks on purpose")
+"""
+
+
+def test_a_multi_seed_run_from_the_command_line(tmp_path: Path) -> None:
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    (folder / "seeds.toml").write_text(CONFIG)
+    (folder / "breaks_on_seed.py").write_text(PLUGIN)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlpar", "train", str(folder / "seeds.toml"), "--seeds", "0-2",
+         "--parallel", "2", "--logdir", str(tmp_path / "runs"), "--json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+        env={**__import__("os").environ, "RLPAR_TEST_SEED_MARK": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr  # a seed crashed
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["seeds"] == [0, 1, 2] and report["crashed"] == [1]
+    by_seed = {r["seed"]: r for r in report["rows"]}
+    assert "seed 1 breaks on purpose" in by_seed[1]["error"]
+    for seed in (0, 2):
+        row = by_seed[seed]
+        assert row["status"] == "ok" and row["env_steps"] >= 2000
+        assert Path(row["run_dir"]) == Path(report["parent"]) / f"seed-{seed}"
+        assert (Path(row["run_dir"]) / "summary.json").is_file()
+        config = (Path(row["run_dir"]) / "config.toml").read_text()
+        assert f"seed = {seed}\n" in config
+    parent = Path(report["parent"])
+    saved = json.loads((parent / "aggregate.json").read_text())
+    assert saved["eval_return"] == report["eval_return"] and saved["eval_return"]["n"] == 2
+    returns = [by_seed[s]["eval_return"] for s in (0, 2)]
+    assert saved["eval_return"]["mean"] == pytest.approx(np.mean(returns))
+    assert "| 1 | crashed:" in (parent / "aggregate.md").read_text()
+    assert not list(parent.glob(".*.tmp-*")), "a temporary file was left behind"
+
+
+def test_bad_seed_options_are_one_line_errors(tmp_path: Path) -> None:
+    config = str(ROOT / "experiments" / "cartpole_impala.toml")
+    for args, said in [
+        (["--seeds", "x"], "--seeds: expected a range like 0-4"),
+        (["--seeds", "0-1", "--parallel", "0"], "--parallel: expected an integer >= 1, got 0"),
+        (["--seeds", "0-1", "--resume", "x"], "--seeds: expected neither --resume nor"),
+    ]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "rlpar", "train", config, *args],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 2, proc.stderr
+        assert said in proc.stderr and "Traceback" not in proc.stderr
