@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(commands)
     _add_eval(commands)
     _add_agents(commands)
+    _add_plot(commands)
     _add_bench(commands)
     return parser
 
@@ -466,6 +467,39 @@ def _run_eval(args: argparse.Namespace) -> int:
             f"mean length {result.mean_length:.1f}); {result.policy} policy of {result.agent} "
             f"on {result.env}, trained for {result.trained_env_steps:,} env steps"
         )
+    return 0
+
+
+def _add_plot(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "plot",
+        help="learning curves from runs' TensorBoard files: mean and band over seeds",
+        description="One panel per GROUP: a run directory (one curve) or a folder of run "
+        "directories (rlpar train --seeds' parent, or <logdir>/<name>/): the mean over its "
+        "seeds with a min-max band, over the x range every seed reached. Needs matplotlib "
+        '(pip install "rlpar[plot]").',
+    )
+    p.add_argument("groups", nargs="+", metavar="GROUP", help="a run directory or a folder of them")
+    p.add_argument(
+        "--tag", default="eval/return_mean", help="the scalar (default eval/return_mean)"
+    )
+    p.add_argument("--out", default="curves.png", help="the image to write (default curves.png)")
+    p.add_argument(
+        "--x", choices=("steps", "seconds"), default="steps", help="x axis: env steps or wall s"
+    )
+    p.add_argument("--ref", nargs="+", metavar="Y", help="a reference line per group ('none')")
+    p.add_argument("--ref-label", default="reference", help="legend of the --ref lines")
+    p.set_defaults(run=_run_plot)
+
+
+def _run_plot(args: argparse.Namespace) -> int:
+    from rlpar.app.plot import plot_groups
+
+    try:
+        out = plot_groups(args.groups, args.out, args.tag, args.x, args.ref, args.ref_label)
+    except (ValueError, OSError) as e:
+        return _error("plot", e, 2)
+    print(out)
     return 0
 
 
