@@ -20,6 +20,7 @@ lists every subcommand in one place::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import logging
@@ -415,8 +416,19 @@ def _add_eval(commands: argparse._SubParsersAction) -> None:
         "checkpoint", metavar="CHECKPOINT", help="a .rlpar checkpoint file or a run directory"
     )
     p.add_argument(
-        "--episodes", type=int, default=10, metavar="N", help="episodes to play (default: 10)"
+        "--episodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="episodes to play (default: 10; with --video, 1)",
     )
+    p.add_argument(
+        "--video",
+        metavar="OUT",
+        help="record the episodes played into OUT (.gif or .mp4; needs rlpar[video]) from the "
+        'env rendered with render_mode="rgb_array", instead of printing statistics',
+    )
+    p.add_argument("--fps", type=int, default=30, help="frames per second of --video")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument(
         "--greedy",
@@ -445,8 +457,12 @@ def _run_eval(args: argparse.Namespace) -> int:
     from rlpar.app.evaluate import evaluate
 
     _setup_logging(quiet=False)
+    if args.episodes is None:
+        args.episodes = 1 if args.video else 10
     if args.episodes < 1:
         return _error("eval", f"--episodes: expected an integer >= 1, got {args.episodes}", 2)
+    if args.video is not None:
+        return _run_video(args)
     try:
         result = evaluate(
             args.checkpoint,
@@ -500,6 +516,32 @@ def _run_plot(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as e:
         return _error("plot", e, 2)
     print(out)
+    return 0
+
+
+def _run_video(args: argparse.Namespace) -> int:
+    from rlpar.app.video import record_video
+
+    if args.fps < 1:
+        return _error("eval", f"--fps: expected an integer >= 1, got {args.fps}", 2)
+    try:
+        v = record_video(
+            args.checkpoint,
+            args.video,
+            args.episodes,
+            args.greedy,
+            args.overrides,
+            seed=args.seed,
+            trust_setup=args.trust_checkpoint_setup,
+            fps=args.fps,
+        )
+    except (ValueError, OSError) as e:
+        return _error("eval", e, 1)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(v)))
+    else:
+        rets = ", ".join(f"{r:g}" for r in v.returns)
+        print(f"{v.path}: {v.frames} frames, {v.episodes} {v.policy} episodes (returns {rets})")
     return 0
 
 

@@ -13,17 +13,25 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 
-from rlpar.app.experiment import experiment_from_dict, import_run_plugins
+from rlpar.agent import Agent
+from rlpar.app.experiment import Experiment, experiment_from_dict, import_run_plugins
 from rlpar.app.train import load_env_plugins
 from rlpar.app.trust import checkpoint_config
-from rlpar.checkpoint import CheckpointError, find_checkpoint, load_checkpoint, net_signature
+from rlpar.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    find_checkpoint,
+    load_checkpoint,
+    net_signature,
+)
 from rlpar.config import ConfigError
 from rlpar.nn import Net
 from rlpar.runtime.envs import make_actor_envs
 from rlpar.runtime.evaluation import Evaluation, evaluate_policy, evaluation_env
 
-__all__ = ["EvalResult", "evaluate", "find_checkpoint"]
+__all__ = ["EvalResult", "LoadedPolicy", "evaluate", "find_checkpoint", "load_policy"]
 
 
 @dataclass
@@ -61,6 +69,38 @@ def evaluate(
     """
     if episodes < 1:
         raise ValueError(f"episodes: expected an integer >= 1, got {episodes}")
+    p = load_policy(checkpoint, overrides, trust_setup)
+    e = evaluate_policy(
+        p.agent, p.net, p.params, p.experiment.env, episodes, greedy, seed, max_envs
+    )
+    assert e is not None  # no stop event: it plays every episode
+    return EvalResult(
+        **asdict(e),
+        checkpoint=str(p.path),
+        env=p.experiment.env.id,
+        agent=p.experiment.agent_name,
+        trained_env_steps=int(p.ckpt.counters.get("env_steps", 0)),
+        trained_learner_steps=int(p.ckpt.counters.get("learner_steps", 0)),
+    )
+
+
+@dataclass
+class LoadedPolicy:
+    """What a checkpoint rebuilds: its experiment (with overrides), agent, net and parameters."""
+
+    experiment: Experiment
+    agent: Agent
+    net: Net
+    params: np.ndarray
+    ckpt: Checkpoint
+    path: Path
+
+
+def load_policy(
+    checkpoint: str | Path, overrides: Iterable[str] = (), trust_setup: bool = False
+) -> LoadedPolicy:
+    """Rebuild the env config, agent and net of ``checkpoint`` (a file, or a run directory: its
+    newest checkpoint) and load its parameters; `CheckpointError` as for `evaluate`."""
     path = find_checkpoint(checkpoint)
     run_file = Path(checkpoint) / "config.toml"
     ckpt = load_checkpoint(path)
@@ -87,13 +127,4 @@ def evaluate(
         envs.close()
     params = load_checkpoint(path, expected_signature=net_signature(net)).params
     agent.init_state(net, params)
-    e = evaluate_policy(agent, net, params, exp.env, episodes, greedy, seed, max_envs)
-    assert e is not None  # no stop event: it plays every episode
-    return EvalResult(
-        **asdict(e),
-        checkpoint=str(path),
-        env=exp.env.id,
-        agent=exp.agent_name,
-        trained_env_steps=int(ckpt.counters.get("env_steps", 0)),
-        trained_learner_steps=int(ckpt.counters.get("learner_steps", 0)),
-    )
+    return LoadedPolicy(exp, agent, net, params, ckpt, path)

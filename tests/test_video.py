@@ -1,0 +1,148 @@
+"""``rlpar eval RUN_DIR --video``: the frames in the file are the env's own renders, episode
+after episode, and bad input is a one-line error that leaves nothing behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+PLUGIN = '''import gymnasium as gym
+import numpy as np
+
+
+class Slide(gym.Env):
+    """A dot slides right one cell a step; the episode ends after 5 steps. Its frame shows the
+    dot's cell, so a frame says which step it is."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
+    observation_space = gym.spaces.Box(0.0, 1.0, (6,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.eye(6, dtype=np.float32)[0], {}
+
+    def step(self, action):
+        self.t += 1
+        return np.eye(6, dtype=np.float32)[self.t], float(action), self.t >= 5, False, {}
+
+    def render(self):
+        frame = np.zeros((8, 48, 3), np.uint8)
+        frame[:, 8 * self.t : 8 * self.t + 8] = (255, 64, 0)
+        return frame
+
+
+class Blind(Slide):
+    metadata = {"render_modes": []}
+
+
+def register():
+    gym.register("Slide-v0", entry_point=Slide)
+    gym.register("Blind-v0", entry_point=Blind)
+'''
+
+CONFIG = """name = "slide"
+plugins = ["slide"]
+
+[env]
+id = "{env_id}"
+setup = "slide:register"
+
+[agent]
+name = "impala"
+
+[runtime]
+num_actors = 1
+envs_per_actor = 2
+unroll_length = 5
+batch_rollouts = 1
+total_env_steps = 200
+
+[eval]
+episodes = 1
+"""
+
+
+def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rlpar", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def trained(tmp_path: Path, env_id: str) -> Path:
+    folder = tmp_path / "exp"
+    folder.mkdir(exist_ok=True)
+    (folder / "slide.py").write_text(PLUGIN)
+    config = folder / f"{env_id}.toml"
+    config.write_text(CONFIG.format(env_id=env_id))
+    logdir = tmp_path / "runs" / env_id
+    proc = cli(tmp_path, "train", str(config), "--quiet", "--logdir", str(logdir))
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = (logdir / "slide").iterdir()
+    return run_dir
+
+
+def expected_frames(episodes: int) -> list[np.ndarray]:
+    frames = []
+    for _ in range(episodes):
+        for t in range(6):
+            f = np.zeros((8, 48, 3), np.uint8)
+            f[:, 8 * t : 8 * t + 8] = (255, 64, 0)
+            frames.append(f)
+    return frames
+
+
+def test_a_gif_holds_the_envs_renders_of_every_episode(tmp_path: Path) -> None:
+    from PIL import Image, ImageSequence
+
+    run_dir = trained(tmp_path, "Slide-v0")
+    out = tmp_path / "slide.gif"
+    proc = cli(tmp_path, "eval", str(run_dir), "--video", str(out), "--episodes", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert f"{out}: 12 frames, 2 greedy episodes" in proc.stdout
+    with Image.open(out) as gif:
+        frames = [np.asarray(f.convert("RGB")) for f in ImageSequence.Iterator(gif)]
+    want = expected_frames(2)
+    assert len(frames) == len(want)
+    for got, expected in zip(frames, want, strict=True):
+        np.testing.assert_array_equal(got, expected)
+    assert not list(tmp_path.glob(".slide.tmp-*"))
+
+
+def test_an_mp4_is_written_and_decodes_to_the_frames(tmp_path: Path) -> None:
+    pytest.importorskip("imageio_ffmpeg")
+    import imageio.v2 as imageio
+
+    run_dir = trained(tmp_path, "Slide-v0")
+    out = tmp_path / "slide.mp4"
+    proc = cli(tmp_path, "eval", str(run_dir), "--video", str(out), "--sample", "--fps", "4")
+    assert proc.returncode == 0, proc.stderr
+    frames = [f for f in imageio.get_reader(out, format="FFMPEG")]  # not list(): its len is inf
+    want = expected_frames(1)
+    assert len(frames) == len(want)
+    for got, expected in zip(frames, want, strict=True):  # lossy: compare the dot's place
+        assert got.shape == expected.shape
+        assert np.argmax(got[..., 0].mean(axis=0)) // 8 == np.argmax(expected[..., 0].mean(0)) // 8
+
+
+def test_bad_video_requests_are_one_line_errors_and_write_nothing(tmp_path: Path) -> None:
+    run_dir = trained(tmp_path, "Slide-v0")
+    blind = trained(tmp_path, "Blind-v0")
+    for run, out, said in [
+        (run_dir, tmp_path / "x.avi", "expected a file ending in .gif or .mp4"),
+        (run_dir, tmp_path / "missing" / "x.gif", "expected a file in an existing folder"),
+        (blind, tmp_path / "x.gif", "does not render rgb_array frames"),
+    ]:
+        proc = cli(tmp_path, "eval", str(run), "--video", str(out))
+        assert proc.returncode == 1, proc.stderr
+        assert said in proc.stderr and "Traceback" not in proc.stderr
+    assert not list(tmp_path.glob("*.gif")) and not list(tmp_path.glob(".*tmp*"))
