@@ -8,7 +8,8 @@ Public API (everything a user or a plug-in agent needs is importable from here):
   `skip_nonfinite_step` (skip and count a step whose gradient is NaN/inf);
 - parameter snapshots: `SnapshotStore`, `Snapshot`;
 - the agent seam and runtime: `Agent`, `LearnerState`, `Rollout`, `Batch`, `Runner`, `RunResult`,
-  `Progress`, configs `EnvConfig`, `RuntimeConfig`, `EvalConfig`, losses `actor_critic_loss`,
+  `Progress`, configs `EnvConfig`, `RuntimeConfig`, `EvalConfig`, losses `actor_critic_loss`
+  and its `LossOptions`,
   `ShardPool` (the threads of a learner step: batch rows inside the net's calls, or column
   shards) and `ThreadPool` (native intra-op threads for `Net` calls);
 - evaluation: `evaluate_policy` (play whole episodes with one parameter vector) and its
@@ -34,7 +35,7 @@ except ImportError as _e:  # pragma: no cover - exercised in a child process by 
 from rlpar.agent import Agent, LearnerState
 from rlpar.config import ConfigError, EnvConfig, EvalConfig, RuntimeConfig, check_field_types
 from rlpar.data import Batch, Rollout
-from rlpar.losses import actor_critic_loss
+from rlpar.losses import LossOptions, actor_critic_loss
 from rlpar.nn import (
     LSTM,
     Categorical,
@@ -88,6 +89,7 @@ __all__ = [
     "Gaussian",
     "LearnerState",
     "Linear",
+    "LossOptions",
     "Net",
     "NetSpec",
     "Optimizer",

@@ -228,11 +228,11 @@ def targets(
 
 
 def loss_given_targets(
-    out, actions, mask, tg: Targets, *, layout: Layout, value_coef, entropy_coef
+    out, actions, mask, tg: Targets, *, layout: Layout, baseline_cost, entropy_cost
 ) -> dict[str, float]:
-    """``L = mean_t [ -A_t log pi(a_t|x_t) + value_coef 0.5 (vs_t - V(x_t))^2 - entropy_coef H_t ]``
-    over valid steps, with ``vs_t`` and ``A_t`` constants: a function of ``out`` whose gradient is
-    the kernel's ``dout``."""
+    """``L = mean_t [ -A_t log pi(a_t|x_t) + baseline_cost 0.5 (vs_t - V(x_t))^2
+    - entropy_cost H_t ]`` over valid steps, with ``vs_t`` and ``A_t`` constants: a function of
+    ``out`` whose gradient is the kernel's ``dout``."""
     out = np.asarray(out, np.float64)
     T, N = mask.shape
     policy_loss = value_loss = entropy = 0.0
@@ -263,7 +263,7 @@ def loss_given_targets(
         "mean_value": value_sum * scale,
         "valid_steps": valid,
     }
-    m["loss"] = m["policy_loss"] + value_coef * m["value_loss"] - entropy_coef * m["entropy"]
+    m["loss"] = m["policy_loss"] + baseline_cost * m["value_loss"] - entropy_cost * m["entropy"]
     return m
 
 
@@ -282,14 +282,15 @@ def actor_critic_loss(
     value_col,
     gamma,
     importance_weighting,
+    rho_bar,
+    c_bar,
+    pg_rho_bar,
+    baseline_cost,
+    entropy_cost,
     log_std_begin=0,
-    rho_bar=1.0,
-    c_bar=1.0,
-    pg_rho_bar=1.0,
-    value_coef=0.5,
-    entropy_coef=0.01,
 ) -> tuple[dict[str, float], Targets]:
-    """The metrics of ``rlpar.actor_critic_loss`` (same arguments) and the targets behind them."""
+    """The metrics of ``rlpar.actor_critic_loss`` (its options as keywords, every one given: the
+    defaults are `rlpar.LossOptions`'s alone) and the targets behind them."""
     layout = Layout(policy, policy_begin, num_actions, value_col, log_std_begin)
     mask = np.asarray(mask, bool)
     arrays = (out, behaviour, actions, rewards, terminated, truncated, mask)
@@ -297,14 +298,12 @@ def actor_critic_loss(
     tg = targets(
         *arrays, layout=layout, gamma=gamma, importance_weighting=importance_weighting, **clipping
     )
-    metrics = loss_given_targets(
-        out, actions, mask, tg, layout=layout, value_coef=value_coef, entropy_coef=entropy_coef
-    )
-    return metrics, tg
+    costs = {"baseline_cost": baseline_cost, "entropy_cost": entropy_cost}
+    return loss_given_targets(out, actions, mask, tg, layout=layout, **costs), tg
 
 
 def numerical_dout(
-    out, actions, mask, tg: Targets, *, layout: Layout, value_coef, entropy_coef, eps: float = 1e-6
+    out, actions, mask, tg: Targets, *, layout: Layout, baseline_cost, entropy_cost, eps=1e-6
 ) -> np.ndarray:
     """Central differences of ``loss_given_targets`` w.r.t. every element of ``out [T+1, N, O]``
     (targets held fixed)."""
@@ -312,10 +311,10 @@ def numerical_dout(
     mask = np.asarray(mask, bool)
     grad = np.zeros_like(x)
 
+    costs = {"baseline_cost": baseline_cost, "entropy_cost": entropy_cost}
+
     def loss(y):
-        return loss_given_targets(
-            y, actions, mask, tg, layout=layout, value_coef=value_coef, entropy_coef=entropy_coef
-        )["loss"]
+        return loss_given_targets(y, actions, mask, tg, layout=layout, **costs)["loss"]
 
     for idx in np.ndindex(*x.shape):
         old = x[idx]

@@ -9,7 +9,9 @@ are noise rather than the runtime's 0, so that a loss reading them would show.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import warnings
 
 import loss_reference as lref
 import numpy as np
@@ -98,21 +100,32 @@ def make_batch(
     return arrays, dict(layout)
 
 
+OPTIONS = {f.name for f in dataclasses.fields(rlpar.LossOptions)}
+
+
+def layout_and_options(kw: dict) -> tuple[dict, rlpar.LossOptions]:
+    """The layout keywords in ``kw``, and its loss options (the rest) as `rlpar.LossOptions`."""
+    layout = {k: v for k, v in kw.items() if k not in OPTIONS}
+    return layout, rlpar.LossOptions(**{k: v for k, v in kw.items() if k in OPTIONS})
+
+
 def native(arrays: dict, **kw):
-    return rlpar.actor_critic_loss(*(arrays[k] for k in ARRAYS), **kw)
+    layout, options = layout_and_options(kw)
+    return rlpar.actor_critic_loss(*(arrays[k] for k in ARRAYS), **layout, options=options)
 
 
 def reference(arrays: dict, **kw):
-    return lref.actor_critic_loss(*(arrays[k] for k in ARRAYS), **kw)
+    layout, options = layout_and_options(kw)
+    twin_kw = {**layout, **dataclasses.asdict(options)}
+    return lref.actor_critic_loss(*(arrays[k] for k in ARRAYS), **twin_kw)
 
 
 def numerical_dout(arrays: dict, tg: lref.Targets, kw: dict) -> np.ndarray:
     """Finite differences of the reference loss w.r.t. ``out``, the targets ``tg`` held fixed."""
-    fields = ("policy", "policy_begin", "num_actions", "value_col", "log_std_begin")
-    layout = lref.Layout(**{f: kw[f] for f in fields if f in kw})
+    layout, options = layout_and_options(kw)
     return lref.numerical_dout(
-        arrays["out"], arrays["actions"], arrays["mask"], tg, layout=layout,
-        value_coef=kw["value_coef"], entropy_coef=kw["entropy_coef"],
+        arrays["out"], arrays["actions"], arrays["mask"], tg, layout=lref.Layout(**layout),
+        baseline_cost=options.baseline_cost, entropy_cost=options.entropy_cost,
     )  # fmt: skip
 
 
@@ -144,8 +157,8 @@ def test_metrics_match_reference(policy, importance_weighting, bars, seed) -> No
     rng = np.random.default_rng(seed)
     arrays, kw = make_batch(rng, 8, 6, policy, forced=EVENTS)
     rho_bar, c_bar, pg_rho_bar = bars
-    kw.update(gamma=0.9, importance_weighting=importance_weighting, value_coef=0.4)
-    kw.update(rho_bar=rho_bar, c_bar=c_bar, pg_rho_bar=pg_rho_bar, entropy_coef=0.05)
+    kw.update(gamma=0.9, importance_weighting=importance_weighting, baseline_cost=0.4)
+    kw.update(rho_bar=rho_bar, c_bar=c_bar, pg_rho_bar=pg_rho_bar, entropy_cost=0.05)
     _, got = native(arrays, **kw)
     want, tg = reference(arrays, **kw)
     assert_metrics_close(got, want)
@@ -191,8 +204,8 @@ def test_dout_matches_finite_differences(policy, importance_weighting, bars) -> 
     events = {(0, 0): "terminated", (1, 1): "truncated", (0, 2): "reset"}
     arrays, kw = make_batch(rng, 3, 3, policy, forced=events)
     rho_bar, c_bar, pg_rho_bar = bars
-    kw.update(gamma=0.95, importance_weighting=importance_weighting, value_coef=0.7)
-    kw.update(rho_bar=rho_bar, c_bar=c_bar, pg_rho_bar=pg_rho_bar, entropy_coef=0.2)
+    kw.update(gamma=0.95, importance_weighting=importance_weighting, baseline_cost=0.7)
+    kw.update(rho_bar=rho_bar, c_bar=c_bar, pg_rho_bar=pg_rho_bar, entropy_cost=0.2)
     dout, _ = native(arrays, **kw)
     numeric = numerical_dout(arrays, reference(arrays, **kw)[1], kw)
     assert dout.dtype == np.float32 and dout.shape == arrays["out"].shape
@@ -227,7 +240,7 @@ bar = st.floats(0.1, 5.0)
 @given(b=batches, importance_weighting=st.booleans(), rho_bar=bar, c_bar=bar, pg_rho_bar=bar)
 def test_random_batches_match_reference(b, importance_weighting, rho_bar, c_bar, pg_rho_bar):
     arrays, kw = draw_batch(b)
-    kw.update(gamma=b["gamma"], importance_weighting=importance_weighting, entropy_coef=0.1)
+    kw.update(gamma=b["gamma"], importance_weighting=importance_weighting, entropy_cost=0.1)
     kw.update(rho_bar=rho_bar, c_bar=c_bar, pg_rho_bar=pg_rho_bar)
     assert_metrics_close(native(arrays, **kw)[1], reference(arrays, **kw)[0])
 
@@ -237,7 +250,7 @@ def test_random_batches_match_reference(b, importance_weighting, rho_bar, c_bar,
 def test_random_small_dout_matches_finite_differences(b, importance_weighting, rho_bar, c_bar):
     arrays, kw = draw_batch({**b, "T": min(b["T"], 3), "N": min(b["N"], 2)})
     kw.update(gamma=b["gamma"], importance_weighting=importance_weighting, rho_bar=rho_bar)
-    kw.update(c_bar=c_bar, value_coef=0.6, entropy_coef=0.1)
+    kw.update(c_bar=c_bar, baseline_cost=0.6, entropy_cost=0.1)
     dout, _ = native(arrays, **kw)
     numeric = numerical_dout(arrays, reference(arrays, **kw)[1], kw)
     np.testing.assert_allclose(dout, numeric, rtol=1e-5, atol=1e-6)
@@ -249,7 +262,7 @@ def test_on_policy_vtrace_is_nstep_return(b, pg_rho_bar) -> None:
     """rho_bar = c_bar = 1 and behaviour == out rows: every ratio is 1, V-trace is A3C."""
     arrays, kw = draw_batch(b)
     arrays["behaviour"] = arrays["out"][:-1].copy()
-    kw.update(gamma=b["gamma"], entropy_coef=0.05)
+    kw.update(gamma=b["gamma"], entropy_cost=0.05)
     d_a3c, m_a3c = native(arrays, importance_weighting=False, **kw)
     d_vt, m_vt = native(arrays, importance_weighting=True, pg_rho_bar=pg_rho_bar, **kw)
     np.testing.assert_allclose(d_vt, d_a3c, rtol=1e-6, atol=1e-9)
@@ -286,7 +299,7 @@ def test_all_ratios_clipped_makes_behaviour_irrelevant(b, clip) -> None:
     different behaviour policies give the same bits; with the bars at 1, V-trace is A3C (but for
     the clipped-fraction diagnostic, then 1)."""
     arrays, kw = draw_batch(b)
-    kw.update(gamma=b["gamma"], entropy_coef=0.05)
+    kw.update(gamma=b["gamma"], entropy_cost=0.05)
     bars = {"rho_bar": clip, "c_bar": clip, "pg_rho_bar": clip}
     other = dict(arrays)
     with_ratios_above_one(arrays, kw, np.random.default_rng(b["seed"]))
@@ -365,7 +378,9 @@ def test_bootstrap_after_termination_and_truncation(b, where, kind, importance_w
     t, n = where[0] % b["T"], where[1] % b["N"]
     arrays, kw = draw_batch(b, forced={(t, n): kind})
     gamma = max(b["gamma"], 0.5)
-    kw.update(gamma=gamma, importance_weighting=importance_weighting, rho_bar=1.5, value_coef=0.5)
+    kw.update(
+        gamma=gamma, importance_weighting=importance_weighting, rho_bar=1.5, baseline_cost=0.5
+    )
     d1, m1 = native(arrays, **kw)
     moved = {**arrays, "out": arrays["out"].copy()}
     moved["out"][t + 1, n, kw["value_col"]] += np.float32(dv)
@@ -375,13 +390,64 @@ def test_bootstrap_after_termination_and_truncation(b, where, kind, importance_w
         assert m1 == m2
         return
     v, valid = kw["value_col"], m1["valid_steps"]
-    # dout[t, n, v] = -value_coef (vs_t - V(x_t)) / valid
-    dvs = -(d2[t, n, v] - d1[t, n, v]) * valid / kw["value_coef"]
+    # dout[t, n, v] = -baseline_cost (vs_t - V(x_t)) / valid
+    dvs = -(d2[t, n, v] - d1[t, n, v]) * valid / kw["baseline_cost"]
     _, tg = reference(arrays, **kw)
     np.testing.assert_allclose(dvs, gamma * tg.rho_t[t, n] * dv, rtol=1e-4, atol=1e-5)
     policy_cols = np.arange(kw["policy_begin"], kw["policy_begin"] + kw["num_actions"])
     assert (d1[t, n, policy_cols] != d2[t, n, policy_cols]).any()  # A_t moved too
     assert_metrics_close(m2, reference(moved, **kw)[0])
+
+
+# -------------------------------------------------------------------------------- the options
+
+
+def test_every_option_reaches_the_native_core(monkeypatch, cat_batch) -> None:
+    """The binding's own keyword defaults are never used: `LossOptions` holds the only ones."""
+    arrays, kw = cat_batch
+    seen: dict = {}
+
+    def recording(*args, **kwargs):
+        seen.update(kwargs)
+        return None, {}
+
+    monkeypatch.setattr(rlpar._native, "actor_critic_loss", recording)
+    options = rlpar.LossOptions(0.9, True, 1.1, 1.2, 1.3, 0.4, 0.05)
+    layout = {k: v for k, v in kw.items() if k not in OPTIONS}
+    rlpar.actor_critic_loss(*(arrays[k] for k in ARRAYS), **layout, options=options)
+    assert seen == {
+        **layout, "log_std_begin": 0, "gamma": 0.9, "importance_weighting": True,
+        "rho_bar": 1.1, "c_bar": 1.2, "pg_rho_bar": 1.3, "value_coef": 0.4, "entropy_coef": 0.05,
+    }  # fmt: skip
+
+
+def test_the_old_keywords_still_work_and_name_the_options(cat_batch) -> None:
+    arrays, kw = cat_batch
+    layout, options = layout_and_options(kw)
+    old = {"gamma": 0.9, "importance_weighting": True, "value_coef": 0.4, "entropy_coef": 0.05}
+    with pytest.warns(DeprecationWarning, match=lit("options=rlpar.LossOptions(gamma=0.9, ")):
+        d_old, m_old = rlpar.actor_critic_loss(*(arrays[k] for k in ARRAYS), **layout, **old)
+    new = rlpar.LossOptions(gamma=0.9, importance_weighting=True, baseline_cost=0.4,
+                            entropy_cost=0.05)  # fmt: skip
+    d_new, m_new = rlpar.actor_critic_loss(*(arrays[k] for k in ARRAYS), **layout, options=new)
+    np.testing.assert_array_equal(d_old, d_new)
+    assert m_old == m_new
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning without the old keywords
+        rlpar.actor_critic_loss(*(arrays[k] for k in ARRAYS), **layout, options=options)
+    with pytest.raises(
+        TypeError, match=r"options=LossOptions\(\.\.\.\) only, not also as keywords"
+    ):
+        rlpar.actor_critic_loss(*(arrays[k] for k in ARRAYS), **layout, options=new, gamma=0.9)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'entropy_cost'"):
+        rlpar.actor_critic_loss(*(arrays[k] for k in ARRAYS), **layout, entropy_cost=0.1)
+
+
+def test_loss_options_check_their_types() -> None:
+    with pytest.raises(rlpar.ConfigError, match="gamma: expected a number, got 'x'"):
+        rlpar.LossOptions(gamma="x")  # type: ignore[arg-type]
+    assert rlpar.LossOptions(gamma=1).gamma == 1.0
+    assert isinstance(rlpar.LossOptions(gamma=1).gamma, float)
 
 
 # ---------------------------------------------------------------------------- input handling
