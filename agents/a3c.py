@@ -17,27 +17,27 @@ from dataclasses import dataclass, field
 
 import rlpar
 
-from .common import (
-    ActorCriticAgent,
-    NetConfig,
-    OptimConfig,
-    RewardsAndBounds,
-    actor_critic_step,
-)
+from .common import ActorCriticAgent, ActorCriticConfig, NetConfig, OptimConfig
 
 
 @dataclass(frozen=True)
-class A3CConfig(RewardsAndBounds):
+class A3CConfig(ActorCriticConfig):
     """A3C hyper-parameters."""
 
-    value_coef: float = 0.5
+    value_coef: float = rlpar.LossOptions.baseline_cost
     """Weight of the value loss."""
-    entropy_coef: float = 0.01
+    entropy_coef: float = rlpar.LossOptions.entropy_cost
     """Weight of the entropy bonus."""
     net: NetConfig = field(default_factory=NetConfig)
     """The network torso."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """The optimizer."""
+
+    def loss_options(self) -> rlpar.LossOptions:
+        """The loss on n-step returns (no importance weighting), with this config's weights."""
+        return rlpar.LossOptions(
+            gamma=self.gamma, baseline_cost=self.value_coef, entropy_cost=self.entropy_coef
+        )
 
 
 class A3C(ActorCriticAgent):
@@ -46,20 +46,13 @@ class A3C(ActorCriticAgent):
     Config = A3CConfig
 
     def learn(self, net: rlpar.Net, state: rlpar.LearnerState, batch: rlpar.Batch) -> dict:
-        c = self.config
-        c.optim.schedule(state, batch)
-        return actor_critic_step(
-            net,
-            state,
-            batch,
-            self.layout,
-            c.optim,
-            c.reward_scale,
-            self._grad_scratch,
-            action_bound_cost=c.action_bound_cost,
-            reward_clip=c.reward_clip,
-            gamma=c.gamma,
-            importance_weighting=False,
-            value_coef=c.value_coef,
-            entropy_coef=c.entropy_coef,
-        )
+        c, pool = self.config, state.pool  # pool: the learner's threads, or None
+        c.optim.schedule(state, batch)  # this batch's learning rate
+        # out = net(x_0..x_T) -> n-step returns -> losses (self.loss) -> backward
+        grad, metrics = rlpar.loss_gradient(net, state.params, batch, self.loss, pool)
+        metrics["grad_norm"] = norm = rlpar.clip_grad_norm(grad, c.optim.max_grad_norm, pool)
+        if not rlpar.skip_nonfinite_step(state, norm):  # a NaN/inf gradient: skip, count
+            state.optimizer.step(state.params, grad, pool)
+        metrics["nonfinite_grad_steps"] = state.extra.get("nonfinite_grad_steps", 0)
+        metrics["learning_rate"] = state.optimizer.lr
+        return metrics

@@ -1,12 +1,11 @@
-"""What A3C and IMPALA share: the net for the spaces, acting, and the learner step around the
-native actor-critic loss. Written against the public `rlpar` API only."""
+"""What A3C and IMPALA share: the net for the spaces, acting, the config fields of the
+actor-critic loss, and the loss itself (the native `rlpar.actor_critic_loss`). Written against
+the public `rlpar` API only; each agent's `learn` is in its own file."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import partial
-from typing import Any, Literal
+from typing import Literal
 
 import gymnasium as gym
 import numpy as np
@@ -198,10 +197,11 @@ class OptimConfig:
 
 
 @dataclass(frozen=True)
-class RewardsAndBounds:
-    """The fields every built-in actor-critic agent's config shares (each adds its own)."""
+class ActorCriticConfig:
+    """The fields every built-in actor-critic agent's config shares (each adds its own, and
+    `loss_options`); the loss options' defaults are `rlpar.LossOptions`'s."""
 
-    gamma: float = 0.99
+    gamma: float = rlpar.LossOptions.gamma
     """Discount factor."""
     reward_scale: float = 1.0
     """Rewards are multiplied by this before the loss (keeps value targets near unit size)."""
@@ -227,6 +227,14 @@ class RewardsAndBounds:
         if not 0.0 <= self.gamma <= 1.0:
             raise rlpar.ConfigError(f"gamma: expected a number in [0, 1], got {self.gamma}")
 
+    def loss_rewards(self, rewards: np.ndarray) -> np.ndarray:
+        """``rewards`` float32 [T, N] as the loss sees them: clipped to [-reward_clip,
+        reward_clip] (when set), then multiplied by ``reward_scale``."""
+        if self.reward_clip is not None:
+            clip = np.float32(self.reward_clip)
+            rewards = np.clip(rewards, -clip, clip)
+        return rewards if self.reward_scale == 1.0 else rewards * np.float32(self.reward_scale)
+
 
 def bound_penalty(
     mean: np.ndarray, mask: np.ndarray, low: np.ndarray, high: np.ndarray, cost: float
@@ -249,203 +257,14 @@ def bound_penalty(
     return loss, grad.astype(np.float32)
 
 
-def actor_critic_step(
-    net: rlpar.Net,
-    state: rlpar.LearnerState,
-    batch: rlpar.Batch,
-    layout: PolicyLayout,
-    optim: OptimConfig,
-    reward_scale: float,
-    scratch: dict[int, list[np.ndarray]] | None = None,
-    action_bound_cost: float = 0.0,
-    reward_clip: float | None = None,
-    **loss_args: Any,
-) -> dict[str, float]:
-    """forward [T+1, N] -> native loss -> backward -> clip -> optimizer; all GIL-free.
-
-    The loss sees rewards [T, N] clipped to [-reward_clip, reward_clip] (None: not clipped),
-    then multiplied by ``reward_scale``; the episode returns the runtime reports stay the env's.
-    ``action_bound_cost`` > 0 adds `bound_penalty` for a Gaussian policy with bounded actions.
-    With ``state.pool`` (``runtime.learner_threads`` > 1) the threads share the step in one of
-    two ways (`learner_split` picks):
-
-    - ``"rows"``: the net's forward and backward split the torso's batch rows over the threads
-      inside each call (``pool.native``); the loss, the heads and a recurrent core run once.
-    - ``"shards"``: the N columns are split into one shard per thread; each shard's forward,
-      loss and backward run on its own thread, its output gradient weighted by its share of the
-      valid steps (the loss is a mean over them), into its own gradient buffer (kept in
-      ``scratch``); the buffers are then summed.
-
-    Either way the gradient is then clipped and applied in slices of the parameter vector, on
-    the pool too.
-    """
-    pool = state.pool
-    rewards = partial(_loss_rewards, scale=reward_scale, clip=reward_clip)
-    split = learner_split(net, pool, batch)
-    if split != "shards":
-        native = pool.native if pool is not None and split == "rows" else None
-        out, tape, dout, metrics = _forward_loss(
-            net, state.params, batch, layout, rewards, action_bound_cost, loss_args, native
-        )
-        try:
-            grad = net.backward(tape, dout.reshape(out.shape), pool=native)
-        finally:
-            tape.release()
-    else:
-        assert pool is not None  # learner_split gives "shards" only with a pool
-        grad, metrics = _sharded_grad(
-            net, state.params, batch, layout, rewards, action_bound_cost, loss_args,
-            pool, {} if scratch is None else scratch,
-        )  # fmt: skip
-    metrics["grad_norm"] = norm = rlpar.clip_grad_norm(grad, optim.max_grad_norm, pool)
-    if not rlpar.skip_nonfinite_step(state, norm):
-        state.optimizer.step(state.params, grad, pool)
-    metrics["nonfinite_grad_steps"] = state.extra.get("nonfinite_grad_steps", 0)
-    metrics["learning_rate"] = state.optimizer.lr
-    return metrics
-
-
-def learner_split(net: rlpar.Net, pool: rlpar.ShardPool | None, batch: rlpar.Batch) -> str:
-    """How a learner step on ``batch`` uses ``pool``: ``"none"`` (no pool, one thread, or too
-    little work to split), ``"rows"`` (the native calls split the torso's batch rows) or
-    ``"shards"`` (one column shard per thread); ``pool.split`` chooses, and "auto" picks:
-
-    rows for nets with a conv torso, which is nearly all of their step (measured on 2 cores,
-    Nature torso [20, 32]: rows x1.4-2.0 of one thread, shards within noise of it, while rows
-    runs the step's Python once);
-    shards for nets on flat inputs, where the loss and the heads (which rows run once) or an
-    LSTM core (sequential in time) are a large share of the step (an MLP on [20, 256]: shards
-    x1.5-1.9, rows x1.2)."""
-    if pool is None or pool.threads == 1:
-        return "none"
-    split = pool.split
-    if split == "auto":
-        has_conv = any(isinstance(layer, rlpar.Conv2d) for layer in net.spec.layers)
-        split = "rows" if has_conv else "shards"
-    if split == "shards":
-        return "shards" if batch.num_columns >= 2 else "none"
-    rows = batch.obs.shape[0] * batch.obs.shape[1]
-    return "rows" if net.torso_parts(pool.native, rows) > 1 else "none"
-
-
-def _loss_rewards(rewards: np.ndarray, scale: float, clip: float | None) -> np.ndarray:
-    """``rewards [T, N]`` as the loss sees them: clipped to [-clip, clip], then scaled."""
-    if clip is not None:
-        rewards = np.clip(rewards, np.float32(-clip), np.float32(clip))
-    return rewards if scale == 1.0 else rewards * np.float32(scale)
-
-
-def _forward_loss(
-    net: rlpar.Net,
-    params: np.ndarray,
-    batch: rlpar.Batch,
-    layout: PolicyLayout,
-    loss_rewards: Callable[[np.ndarray], np.ndarray],
-    action_bound_cost: float,
-    loss_args: dict[str, Any],
-    native_pool: rlpar.ThreadPool | None = None,
-) -> tuple[np.ndarray, rlpar.Tape, np.ndarray, dict[str, float]]:
-    """Outputs [(T+1) N, O], their tape (the caller releases it), the loss gradient w.r.t. the
-    outputs [T+1, N, O], and the loss metrics. ``native_pool``: the forward's intra-op threads."""
-    t_len, n = batch.rewards.shape
-    rewards = loss_rewards(batch.rewards)
-    obs = batch.obs.reshape((t_len + 1) * n, *batch.obs.shape[2:])
-    # A recurrent net re-runs the unroll from the actor's stored state (truncated BPTT).
-    out, tape = net.forward_train(params, obs, pool=native_pool, **batch.core_args())
-    try:
-        dout, metrics = rlpar.actor_critic_loss(
-            out.reshape(t_len + 1, n, -1),
-            batch.behaviour,
-            batch.actions,
-            rewards,
-            batch.terminated,
-            batch.truncated,
-            batch.mask,
-            policy=layout.kind,
-            policy_begin=layout.begin,
-            num_actions=layout.num_actions,
-            log_std_begin=layout.log_std_begin,
-            value_col=layout.value_col,
-            **loss_args,
-        )
-        if action_bound_cost > 0 and layout.kind == "gaussian" and layout.low is not None:
-            assert layout.high is not None
-            cols = slice(layout.begin, layout.begin + layout.num_actions)
-            mean = out.reshape(t_len + 1, n, -1)[:t_len, :, cols]
-            loss, dmean = bound_penalty(
-                mean, batch.mask, layout.low, layout.high, action_bound_cost
-            )
-            dout = dout.reshape(t_len + 1, n, -1)
-            dout[:t_len, :, cols] += dmean
-            metrics["bound_loss"] = loss
-            metrics["loss"] += loss
-    except BaseException:
-        tape.release()
-        raise
-    return out, tape, dout, metrics
-
-
-def _sharded_grad(
-    net: rlpar.Net,
-    params: np.ndarray,
-    batch: rlpar.Batch,
-    layout: PolicyLayout,
-    loss_rewards: Callable[[np.ndarray], np.ndarray],
-    action_bound_cost: float,
-    loss_args: dict[str, Any],
-    pool: rlpar.ShardPool,
-    scratch: dict[int, list[np.ndarray]],
-) -> tuple[np.ndarray, dict[str, float]]:
-    """The whole batch's parameter gradient and metrics, computed shard by shard on ``pool``."""
-    shards = batch.split(pool.threads)
-    # The loss is a mean over valid (mask) steps: each shard's output gradient is scaled by its
-    # share of them, so the shards' parameter gradients simply add up.
-    valid = np.array([s.mask.sum() for s in shards], np.float64)
-    total = valid.sum()
-    weights = valid / total if total > 0 else np.full(len(shards), 1.0 / len(shards))
-    bufs = scratch.get(net.num_params)
-    if bufs is None or len(bufs) < len(shards) + 1:
-        bufs = scratch[net.num_params] = [
-            np.empty(net.num_params, np.float32) for _ in range(len(shards) + 1)
-        ]
-    grad, parts = bufs[0], bufs[1:]
-
-    def shard_grad(i: int) -> dict[str, float]:
-        out, tape, dout, metrics = _forward_loss(
-            net, params, shards[i], layout, loss_rewards, action_bound_cost, loss_args
-        )
-        try:
-            dout *= np.float32(weights[i])
-            net.backward(tape, dout.reshape(out.shape), grad=parts[i])
-        finally:
-            tape.release()
-        return metrics
-
-    shard_metrics = pool.map(shard_grad, list(range(len(shards))))
-
-    def reduce(sl: slice) -> None:
-        acc = grad[sl]
-        np.copyto(acc, parts[0][sl])
-        for g in parts[1 : len(shards)]:
-            np.add(acc, g[sl], out=acc)
-
-    pool.map(reduce, pool.slices(net.num_params))
-    metrics = {
-        key: float(sum(w * m[key] for m, w in zip(shard_metrics, weights, strict=True)))
-        for key in shard_metrics[0]
-    }
-    metrics["valid_steps"] = float(total)
-    return grad, metrics
-
-
 class ActorCriticAgent(rlpar.Agent):
-    """What A3C and IMPALA share around their learner step: the net for the spaces, and acting
-    by sampling the policy head. A subclass sets ``Config`` and writes `learn`."""
+    """What A3C and IMPALA share around their learner step: the net for the spaces, acting
+    by sampling the policy head, and `loss`. A subclass sets ``Config`` (an
+    `ActorCriticConfig` with ``net`` and ``optim``) and writes `learn`."""
 
-    def __init__(self, config) -> None:  # a config with gamma, net and optim
+    def __init__(self, config) -> None:
         self.config = config
-        self.gamma = config.gamma
-        self._grad_scratch: dict[int, list[np.ndarray]] = {}  # sharded steps' gradient buffers
+        self.loss_options: rlpar.LossOptions = config.loss_options()
         self._bounds: tuple[np.ndarray, np.ndarray] | None = None  # finite Box action bounds
 
     def net_spec(self, obs_space: gym.Space, action_space: gym.Space) -> rlpar.NetSpec:
@@ -468,3 +287,31 @@ class ActorCriticAgent(rlpar.Agent):
 
     def greedy(self, net: rlpar.Net, out: np.ndarray) -> np.ndarray:
         return greedy_actions(self.layout, out)
+
+    def loss(
+        self, net: rlpar.Net, out: np.ndarray, batch: rlpar.Batch
+    ) -> tuple[np.ndarray, dict[str, float]]:
+        """An `rlpar.Loss`: from ``out`` float32 [T+1, N, O] (pi and V at x_0..x_T), the
+        targets (n-step returns or V-trace, as ``loss_options`` say) and the policy, baseline
+        and entropy losses on the rewards as `ActorCriticConfig.loss_rewards` makes them, in
+        one native call (`rlpar.actor_critic_loss`); plus `bound_penalty` for a Gaussian
+        policy with bounded actions. Returns (dout [T+1, N, O], metrics)."""
+        c, layout = self.config, self.layout
+        dout, metrics = rlpar.actor_critic_loss(
+            out, batch.behaviour, batch.actions, c.loss_rewards(batch.rewards),
+            batch.terminated, batch.truncated, batch.mask,
+            policy=layout.kind, policy_begin=layout.begin, num_actions=layout.num_actions,
+            log_std_begin=layout.log_std_begin, value_col=layout.value_col,
+            options=self.loss_options,
+        )  # fmt: skip
+        if c.action_bound_cost > 0 and layout.kind == "gaussian" and layout.low is not None:
+            assert layout.high is not None
+            t_len = batch.unroll_length
+            cols = slice(layout.begin, layout.begin + layout.num_actions)
+            bound_loss, dmean = bound_penalty(
+                out[:t_len, :, cols], batch.mask, layout.low, layout.high, c.action_bound_cost
+            )
+            dout[:t_len, :, cols] += dmean
+            metrics["bound_loss"] = bound_loss
+            metrics["loss"] += bound_loss
+        return dout, metrics

@@ -16,28 +16,22 @@ from dataclasses import dataclass, field
 
 import rlpar
 
-from .common import (
-    ActorCriticAgent,
-    NetConfig,
-    OptimConfig,
-    RewardsAndBounds,
-    actor_critic_step,
-)
+from .common import ActorCriticAgent, ActorCriticConfig, NetConfig, OptimConfig
 
 
 @dataclass(frozen=True)
-class ImpalaConfig(RewardsAndBounds):
+class ImpalaConfig(ActorCriticConfig):
     """IMPALA hyper-parameters (defaults: the paper's, with Adam for small problems)."""
 
-    rho_bar: float = 1.0
+    rho_bar: float = rlpar.LossOptions.rho_bar
     """Clip of the importance weights in the V-trace targets."""
-    c_bar: float = 1.0
+    c_bar: float = rlpar.LossOptions.c_bar
     """Clip of the trace-cutting coefficients."""
-    pg_rho_bar: float = 1.0
+    pg_rho_bar: float = rlpar.LossOptions.pg_rho_bar
     """Clip of the importance weights in the policy-gradient advantage."""
-    baseline_cost: float = 0.5
+    baseline_cost: float = rlpar.LossOptions.baseline_cost
     """Weight of the value loss."""
-    entropy_cost: float = 0.01
+    entropy_cost: float = rlpar.LossOptions.entropy_cost
     """Weight of the entropy bonus."""
     passes: int = 1
     """Optimizer steps on each batch (1: IMPALA as published). More reuse every sample: from
@@ -56,6 +50,18 @@ class ImpalaConfig(RewardsAndBounds):
             if getattr(self, key) <= 0:
                 raise rlpar.ConfigError(f"{key}: expected a number > 0, got {getattr(self, key)}")
 
+    def loss_options(self) -> rlpar.LossOptions:
+        """V-trace targets with this config's clips and weights."""
+        return rlpar.LossOptions(
+            gamma=self.gamma,
+            importance_weighting=True,
+            rho_bar=self.rho_bar,
+            c_bar=self.c_bar,
+            pg_rho_bar=self.pg_rho_bar,
+            baseline_cost=self.baseline_cost,
+            entropy_cost=self.entropy_cost,
+        )
+
 
 class Impala(ActorCriticAgent):
     """IMPALA with V-trace, computed natively inside the GIL-free learner step."""
@@ -63,28 +69,14 @@ class Impala(ActorCriticAgent):
     Config = ImpalaConfig
 
     def learn(self, net: rlpar.Net, state: rlpar.LearnerState, batch: rlpar.Batch) -> dict:
-        self.config.optim.schedule(state, batch)
-        for _ in range(self.config.passes - 1):
-            self._step(net, state, batch)
-        return self._step(net, state, batch)
-
-    def _step(self, net: rlpar.Net, state: rlpar.LearnerState, batch: rlpar.Batch) -> dict:
-        c = self.config
-        return actor_critic_step(
-            net,
-            state,
-            batch,
-            self.layout,
-            c.optim,
-            c.reward_scale,
-            self._grad_scratch,
-            action_bound_cost=c.action_bound_cost,
-            reward_clip=c.reward_clip,
-            gamma=c.gamma,
-            importance_weighting=True,
-            rho_bar=c.rho_bar,
-            c_bar=c.c_bar,
-            pg_rho_bar=c.pg_rho_bar,
-            value_coef=c.baseline_cost,
-            entropy_coef=c.entropy_cost,
-        )
+        c, pool = self.config, state.pool  # pool: the learner's threads, or None
+        c.optim.schedule(state, batch)  # this batch's learning rate
+        for _ in range(c.passes):
+            # out = net(x_0..x_T) -> V-trace targets -> losses (self.loss) -> backward
+            grad, metrics = rlpar.loss_gradient(net, state.params, batch, self.loss, pool)
+            metrics["grad_norm"] = norm = rlpar.clip_grad_norm(grad, c.optim.max_grad_norm, pool)
+            if not rlpar.skip_nonfinite_step(state, norm):  # a NaN/inf gradient: skip, count
+                state.optimizer.step(state.params, grad, pool)
+        metrics["nonfinite_grad_steps"] = state.extra.get("nonfinite_grad_steps", 0)
+        metrics["learning_rate"] = state.optimizer.lr
+        return metrics

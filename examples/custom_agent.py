@@ -15,7 +15,7 @@ import rlpar
 class ReinforceConfig:
     lr: float = 0.01
     gamma: float = 0.99
-    value_coef: float = 0.5
+    baseline_cost: float = 0.5
 
     def __post_init__(self) -> None:
         rlpar.check_field_types(self)  # ReinforceConfig(lr="x") fails as a TOML file would
@@ -52,39 +52,36 @@ class Reinforce(rlpar.Agent):
         return net.split(out)["logits"].argmax(axis=1)
 
     def learn(self, net, state, batch):  # batch arrays are [T, N, ...]; obs has T + 1 rows
-        T, N = batch.rewards.shape
-        obs = batch.obs.reshape((T + 1) * N, -1)  # time-major rows
-        # A recurrent net (NetSpec.core) needs the state each column's unroll started from and
-        # the episode starts in it; core_args() gives them, and nothing for a feed-forward net.
-        out, tape = net.forward_train(state.params, obs, **batch.core_args())
-        try:
-            heads = net.split(out)
-            logits = heads["logits"].reshape(T + 1, N, -1)[:T]
-            value = heads["value"].reshape(T + 1, N)
-            done = batch.terminated | batch.truncated
-            returns, g = np.zeros((T, N)), value[T].astype(np.float64)
-            for t in reversed(range(T)):
-                # After a termination nothing follows; after a truncation, V of the final obs.
-                tail = np.where(batch.terminated[t], 0.0, np.where(done[t], value[t + 1], g))
-                g = batch.rewards[t] + self.config.gamma * tail
-                returns[t] = g
-            valid = batch.mask  # False on the env's autoreset steps: no loss there
-            count = max(1, int(valid.sum()))
-            adv = (returns - value[:T]) * valid
-            p = softmax(logits.reshape(T * N, -1))
-            onehot = np.eye(p.shape[1])[batch.actions.reshape(-1)]
-            dlogits = -(onehot - p) * adv.reshape(-1, 1) / count
-            dvalue = -self.config.value_coef * adv / count
-            # One gradient for both heads, zero on the bootstrap row T.
-            dout = np.zeros(((T + 1) * N, net.output_size), np.float32)
-            dout[: T * N] = net.join({"logits": dlogits, "value": dvalue.reshape(-1)})
-            grad = net.backward(tape, dout)  # native, GIL released
-        finally:
-            tape.release()  # the activations go back to the net's pool now, not at GC
-        norm = rlpar.clip_grad_norm(grad, 40.0)
+        # forward -> self.loss -> backward, on the learner's threads (runtime.learner_threads)
+        grad, metrics = rlpar.loss_gradient(net, state.params, batch, self.loss, state.pool)
+        norm = rlpar.clip_grad_norm(grad, 40.0, state.pool)
         if not rlpar.skip_nonfinite_step(state, norm):
-            state.optimizer.step(state.params, grad)
-        return {"mean_return_estimate": float(returns.mean()), "grad_norm": norm}
+            state.optimizer.step(state.params, grad, state.pool)
+        return {**metrics, "grad_norm": norm}
+
+    def loss(self, net, out, batch):  # out: [T + 1, N, output_size], the net at batch.obs
+        T, N = batch.rewards.shape
+        heads = net.split(out.reshape((T + 1) * N, -1))
+        logits = heads["logits"].reshape(T + 1, N, -1)[:T]
+        value = heads["value"].reshape(T + 1, N)
+        done = batch.terminated | batch.truncated
+        returns, g = np.zeros((T, N)), value[T].astype(np.float64)
+        for t in reversed(range(T)):
+            # After a termination nothing follows; after a truncation, V of the final obs.
+            tail = np.where(batch.terminated[t], 0.0, np.where(done[t], value[t + 1], g))
+            g = batch.rewards[t] + self.config.gamma * tail
+            returns[t] = g
+        valid = batch.mask  # False on the env's autoreset steps: no loss there
+        count = max(1, int(valid.sum()))  # a mean over the valid steps, as loss_gradient asks
+        adv = (returns - value[:T]) * valid
+        p = softmax(logits.reshape(T * N, -1))
+        onehot = np.eye(p.shape[1])[batch.actions.reshape(-1)]
+        dlogits = -(onehot - p) * adv.reshape(-1, 1) / count
+        dvalue = -self.config.baseline_cost * adv / count
+        # One gradient for both heads, zero on the bootstrap row T.
+        dout = np.zeros(((T + 1) * N, net.output_size), np.float32)
+        dout[: T * N] = net.join({"logits": dlogits, "value": dvalue.reshape(-1)})
+        return dout, {"mean_return_estimate": float(returns.mean())}
 
 
 if __name__ == "__main__":

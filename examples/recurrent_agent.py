@@ -1,6 +1,7 @@
 """The custom agent of examples/custom_agent.py with a memory: an LSTM core between its torso
-and its heads. The runtime carries the state on the actors, and the agent's learner step already
-hands each unroll's start state back to the net (``batch.core_args()``), so this is all it takes.
+and its heads. The runtime carries the state on the actors, and `rlpar.loss_gradient`, which the
+agent's learner step calls, hands each unroll's start state back to the net
+(``batch.core_args()``), so this is all it takes.
 
 Run it (after ``pip install .``): ``python examples/recurrent_agent.py``. On rlpar's memory task
 (name a cue seen 9 steps earlier; chance is 0) it learns what a feed-forward policy cannot.

@@ -8,10 +8,12 @@ Public API (everything a user or a plug-in agent needs is importable from here):
   `skip_nonfinite_step` (skip and count a step whose gradient is NaN/inf);
 - parameter snapshots: `SnapshotStore`, `Snapshot`;
 - the agent seam and runtime: `Agent`, `LearnerState`, `Rollout`, `Batch`, `Runner`, `RunResult`,
-  `Progress`, configs `EnvConfig`, `RuntimeConfig`, `EvalConfig`, losses `actor_critic_loss`
-  and its `LossOptions`,
-  `ShardPool` (the threads of a learner step: batch rows inside the net's calls, or column
-  shards) and `ThreadPool` (native intra-op threads for `Net` calls);
+  `Progress`, configs `EnvConfig`, `RuntimeConfig`, `EvalConfig`;
+- the learner step: `loss_gradient` (forward -> an agent's `Loss` -> backward, over the
+  learner's threads) and `learner_split` (how it shares them), the native loss
+  `actor_critic_loss` and its `LossOptions`, `ShardPool` (the threads of a learner step: batch
+  rows inside the net's calls, or column shards) and `ThreadPool` (native intra-op threads for
+  `Net` calls);
 - evaluation: `evaluate_policy` (play whole episodes with one parameter vector) and its
   `Evaluation`; a run's final parameters are `Runner.params` after `Runner.run`;
 - plug-ins: `register_agent`, `make_agent`, `registered_agents`, `register_env`,
@@ -35,6 +37,7 @@ except ImportError as _e:  # pragma: no cover - exercised in a child process by 
 from rlpar.agent import Agent, LearnerState
 from rlpar.config import ConfigError, EnvConfig, EvalConfig, RuntimeConfig, check_field_types
 from rlpar.data import Batch, Rollout
+from rlpar.learner_step import Loss, learner_split, loss_gradient
 from rlpar.losses import LossOptions, actor_critic_loss
 from rlpar.nn import (
     LSTM,
@@ -89,6 +92,7 @@ __all__ = [
     "Gaussian",
     "LearnerState",
     "Linear",
+    "Loss",
     "LossOptions",
     "Net",
     "NetSpec",
@@ -117,6 +121,8 @@ __all__ = [
     "evaluate_policy",
     "gil_release_threshold",
     "global_norm",
+    "learner_split",
+    "loss_gradient",
     "make_agent",
     "mlp_spec",
     "register_agent",

@@ -225,7 +225,8 @@ class RuntimeConfig:
     pays on several cores (see `rlpar bench net` and `rlpar bench scaling`); the gradient's sum
     then rounds differently from one thread's, but a given count is still reproducible."""
     learner_split: str = "auto"
-    """How the built-in agents share a learner step between `learner_threads` threads:
+    """How a learner step computed with rlpar.loss_gradient (the built-in agents', and any
+    agent's that calls it) shares its `learner_threads` threads:
     "rows": the net's forward and backward split the torso's batch rows over the threads inside
     each native call (rlpar.ThreadPool); the loss, the heads and an LSTM core run once.
     "shards": the batch's [T, N] columns are split into one shard per thread, and each thread

@@ -9,6 +9,8 @@ The runtime makes one per run when ``runtime.learner_threads`` > 1 and hands it 
 - shards: the agent splits its batch (`rlpar.Batch.split`) and calls `ShardPool.map`; each
   shard's work is native (forward, loss, backward with the GIL released), so the shards run in
   parallel, and the Python between the native calls is what the threads take turns on.
+
+`rlpar.loss_gradient` (``rlpar/learner_step.py``) does either for any agent's loss.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import queue
 import threading
 from collections.abc import Callable, Iterable
 from typing import TypeVar
+
+import numpy as np
 
 from rlpar import _native
 from rlpar._checks import check_int
@@ -69,6 +73,7 @@ class ShardPool:
             for i in range(threads - 1)
         ]
         self._closed = False
+        self._buffers: dict[int, list[np.ndarray]] = {}
         self.native: _native.ThreadPool | None = (
             None if split == "shards" else _native.ThreadPool(threads)
         )
@@ -120,6 +125,19 @@ class ShardPool:
         check_int("n", n, minimum=0, error=ValueError)
         check_int("min_size", min_size, minimum=1, error=ValueError)
         return even_slices(n, max(1, min(self.threads, n // min_size)))
+
+    def buffers(self, size: int) -> list[np.ndarray]:
+        """``threads`` + 1 float32 vectors of ``size`` values, made by the first call for a size
+        and the same ones on every call after (contents undefined): a sharded step's gradient
+        per shard, and their sum, without allocating them again on every step. What one step
+        wrote there, the next overwrites."""
+        check_int("size", size, minimum=0, error=ValueError)
+        bufs = self._buffers.get(size)
+        if bufs is None:
+            bufs = self._buffers[size] = [
+                np.empty(size, np.float32) for _ in range(self.threads + 1)
+            ]
+        return bufs
 
     def close(self, timeout_s: float = 2.0) -> list[str]:
         """Stop the helpers (idempotent); returns the names of any still running after

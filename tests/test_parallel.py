@@ -1,5 +1,6 @@
-"""The learner step over threads: `rlpar.ShardPool`, `Batch.split`, the built-in agents' sharded
-and row-split steps against the one-thread step, and ``runtime.learner_threads`` in whole runs."""
+"""The learner step over threads: `rlpar.ShardPool`, `Batch.split`, `rlpar.loss_gradient`'s
+sharded and row-split steps (the built-in agents', a custom agent's) against the one-thread
+step, and ``runtime.learner_threads`` in whole runs."""
 
 from __future__ import annotations
 
@@ -10,10 +11,9 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-from rlpar.agents.common import learner_split
 
 import rlpar
-from rlpar import Batch, EnvConfig, LearnerState, Runner, RuntimeConfig, ShardPool
+from rlpar import Batch, EnvConfig, LearnerState, Runner, RuntimeConfig, ShardPool, learner_split
 
 
 def rlpar_threads() -> list[str]:
@@ -255,6 +255,68 @@ def test_a_failing_shard_fails_the_step_and_releases_every_tape() -> None:
     assert stats["idle"] == stats["workspaces"]  # every tape released
 
 
+def value_regression(net: rlpar.Net, out: np.ndarray, batch: Batch) -> tuple[np.ndarray, dict]:
+    """A loss of a user's own: 0.5 (V(x_t) - r_t)^2, a mean over the valid steps."""
+    t_len = batch.unroll_length
+    v = out[:t_len, :, net.output_slices["value"].start]
+    count = max(1, int(batch.mask.sum()))
+    err = (v - batch.rewards) * batch.mask
+    dout = np.zeros_like(out)
+    dout[:t_len, :, net.output_slices["value"].start] = err / count
+    metrics = {"value_error": float(0.5 * (err**2).sum() / count)}
+    return dout, {**metrics, "valid_steps": int(batch.mask.sum())}
+
+
+@pytest.mark.parametrize("split", ["shards", "rows"])
+def test_loss_gradient_spreads_any_agents_loss_over_the_threads(split: str) -> None:
+    _, net, _ = conv_impala()
+    params = net.init_params(seed=3)
+    batch = conv_batch(np.random.default_rng(3), net, 6, 8)
+    one, m1 = rlpar.loss_gradient(net, params, batch, value_regression)
+    assert m1["valid_steps"] == batch.mask.sum() and one.any()
+    with ShardPool(3, split=split) as pool:
+        assert learner_split(net, pool, batch) == split
+        many, m2 = rlpar.loss_gradient(net, params, batch, value_regression, pool)
+        if split == "shards":
+            assert any(many is b for b in pool.buffers(net.num_params))  # reused, not allocated
+    np.testing.assert_allclose(many, one, rtol=1e-5, atol=1e-7)
+    assert m2["value_error"] == pytest.approx(m1["value_error"], rel=1e-6)
+    assert m2["valid_steps"] == m1["valid_steps"]  # the whole batch's count, not a mean
+
+
+def test_loss_gradient_says_what_a_loss_returned_wrong() -> None:
+    _, net = impala_net()
+    params = net.init_params(seed=0)
+    batch = random_batch(np.random.default_rng(0), net, params, 4, 6)
+
+    def returning(dout):
+        return lambda net, out, batch: (dout(out), {})
+
+    cases = [
+        (returning(lambda out: out.astype(np.float64)), TypeError, "got float64"),
+        (returning(lambda out: out.tolist()), TypeError, "numpy array, got list"),
+        (returning(lambda out: out[:-1]), ValueError, r"\[5, N, 3\], got shape \(4, N, 3\)"),
+    ]
+    for loss, exc, match in cases:
+        for pool, n in ((None, "6"), (ShardPool(2, split="shards"), "3")):  # a shard's N
+            with pytest.raises(exc, match=match.replace("N", n)):
+                rlpar.loss_gradient(net, params, batch, loss, pool)
+            if pool is not None:
+                pool.close()
+    stats = net.workspace_stats()
+    assert stats["idle"] == stats["workspaces"]  # every tape released
+
+
+def test_pool_buffers_are_made_once_per_size() -> None:
+    with ShardPool(3, split="shards") as pool:
+        first = pool.buffers(10)
+        assert len(first) == 4 and all(b.shape == (10,) and b.dtype == np.float32 for b in first)
+        assert all(a is b for a, b in zip(first, pool.buffers(10), strict=True))
+        assert pool.buffers(5)[0].shape == (5,)
+        with pytest.raises(ValueError, match="size: expected an integer >= 0, got -1"):
+            pool.buffers(-1)
+
+
 # ---------------------------------------------------------------------------- whole runs
 
 
@@ -279,7 +341,7 @@ def test_learner_threads_in_a_run_leave_no_thread_and_stay_deterministic() -> No
 def test_row_split_run_is_deterministic(monkeypatch: pytest.MonkeyPatch) -> None:
     """A conv net on native Catch frames with two learner threads splitting rows: two runs end
     with the same parameters."""
-    import rlpar.agents.common as common
+    import rlpar.learner_step
 
     splits: list[str] = []
 
@@ -287,7 +349,7 @@ def test_row_split_run_is_deterministic(monkeypatch: pytest.MonkeyPatch) -> None
         splits.append(learner_split(*args))  # type: ignore[arg-type]
         return splits[-1]
 
-    monkeypatch.setattr(common, "learner_split", recording)
+    monkeypatch.setattr(rlpar.learner_step, "learner_split", recording)
 
     def run() -> np.ndarray:
         cfg = RuntimeConfig(

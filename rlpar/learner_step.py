@@ -1,0 +1,162 @@
+"""The gradient of a learner step, on one thread or on the learner's several.
+
+An agent's `learn` reads as the paper's update::
+
+    grad, metrics = rlpar.loss_gradient(net, state.params, batch, self.loss, state.pool)
+    norm = rlpar.clip_grad_norm(grad, max_norm, state.pool)          # clip
+    if not rlpar.skip_nonfinite_step(state, norm):
+        state.optimizer.step(state.params, grad, state.pool)         # step
+
+`loss_gradient` runs the net on the unroll (x_0..x_T), calls the agent's ``loss`` on its
+outputs, and backpropagates the output gradient that ``loss`` returns. With
+``runtime.learner_threads`` > 1 the runtime hands the agent a `rlpar.ShardPool`
+(``state.pool``) and `loss_gradient` spreads the step over its threads, in one of two ways
+(`learner_split` picks):
+
+- ``"rows"``: the net's forward and backward split the torso's batch rows over the threads
+  inside each native call (``pool.native``); ``loss`` and a recurrent core run once.
+- ``"shards"``: the N columns are cut into one shard per thread (`rlpar.Batch.split`); each
+  shard's forward, ``loss`` and backward run on its own thread into a gradient buffer of its
+  own (`rlpar.ShardPool.buffers`), its output gradient weighted by its share of the batch's
+  valid steps; the buffers are then summed, in slices on the pool.
+
+The shards' gradients add up to the whole batch's because ``loss`` is a mean over the valid
+steps (``batch.mask``): that is the one thing `loss_gradient` asks of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import numpy as np
+
+from rlpar.data import Batch
+from rlpar.nn import Conv2d, Net, Tape
+from rlpar.parallel import ShardPool, ThreadPool
+
+__all__ = ["Loss", "learner_split", "loss_gradient"]
+
+#: ``loss(net, out, batch) -> (dout, metrics)``: ``out`` float32 [T+1, N, output_size] is the
+#: net at ``batch.obs`` (row T bootstraps); ``dout`` is the loss's gradient w.r.t. ``out``
+#: (float32, the same T+1 x N x output_size values; the step may scale it in place); the loss
+#: is a mean over the valid steps (``batch.mask``); ``metrics`` are scalars.
+Loss = Callable[[Net, np.ndarray, Batch], tuple[np.ndarray, dict[str, float]]]
+
+
+def loss_gradient(
+    net: Net,
+    params: np.ndarray,
+    batch: Batch,
+    loss: Loss,
+    pool: ShardPool | None = None,
+) -> tuple[np.ndarray, dict[str, float]]:
+    """The gradient of ``loss`` on ``batch`` w.r.t. ``params`` (float32 [num_params]) and
+    ``loss``'s metrics: forward (a recurrent net from ``batch.core_state``), ``loss``,
+    backward, all natively with the GIL released but for ``loss``'s own Python; with ``pool``,
+    spread over its threads as `learner_split` says.
+
+    Split into shards, the metrics are the shards', averaged with the weights of their valid
+    steps (a ``valid_steps`` metric is the whole batch's count), and the gradient is one of
+    ``pool.buffers``, overwritten by the next sharded step. A given thread count is
+    reproducible; its sums round differently from one thread's."""
+    split = learner_split(net, pool, batch)
+    if split == "shards":
+        assert pool is not None  # learner_split says "shards" only with a pool
+        return _sharded_gradient(net, params, batch, loss, pool)
+    native = pool.native if pool is not None and split == "rows" else None
+    tape, dout, metrics = _forward_loss(net, params, batch, loss, native)
+    try:
+        grad = net.backward(tape, dout, pool=native)
+    finally:
+        tape.release()
+    return grad, metrics
+
+
+def learner_split(
+    net: Net, pool: ShardPool | None, batch: Batch
+) -> Literal["none", "rows", "shards"]:
+    """How a learner step on ``batch`` uses ``pool``: ``"none"`` (no pool, one thread, or too
+    little work to split), ``"rows"`` (the native calls split the torso's batch rows) or
+    ``"shards"`` (one column shard per thread); ``pool.split`` chooses, and "auto" picks:
+
+    rows for nets with a conv torso, which is nearly all of their step (measured on 2 cores,
+    Nature torso [20, 32]: rows x1.4-2.0 of one thread, shards within noise of it, while rows
+    runs the step's Python once);
+    shards for nets on flat inputs, where the loss and the heads (which rows run once) or an
+    LSTM core (sequential in time) are a large share of the step (an MLP on [20, 256]: shards
+    x1.5-1.9, rows x1.2)."""
+    if pool is None or pool.threads == 1:
+        return "none"
+    split = pool.split
+    if split == "auto":
+        has_conv = any(isinstance(layer, Conv2d) for layer in net.spec.layers)
+        split = "rows" if has_conv else "shards"
+    if split == "shards":
+        return "shards" if batch.num_columns >= 2 else "none"
+    rows = batch.obs.shape[0] * batch.obs.shape[1]
+    return "rows" if net.torso_parts(pool.native, rows) > 1 else "none"
+
+
+def _forward_loss(
+    net: Net, params: np.ndarray, batch: Batch, loss: Loss, native: ThreadPool | None
+) -> tuple[Tape, np.ndarray, dict[str, float]]:
+    """The forward's tape (the caller releases it), ``loss``'s output gradient as
+    [(T+1) N, output_size], and its metrics. ``native``: the forward's intra-op threads."""
+    t_len, n = batch.rewards.shape
+    obs = batch.obs.reshape((t_len + 1) * n, *batch.obs.shape[2:])
+    # A recurrent net re-runs the unroll from the actor's stored state (truncated BPTT).
+    out, tape = net.forward_train(params, obs, pool=native, **batch.core_args())
+    try:
+        dout, metrics = loss(net, out.reshape(t_len + 1, n, -1), batch)
+        if not isinstance(dout, np.ndarray) or dout.dtype != np.float32:
+            got = dout.dtype if isinstance(dout, np.ndarray) else type(dout).__name__
+            raise TypeError(f"loss: dout must be a float32 numpy array, got {got}")
+        if dout.size != out.size:
+            raise ValueError(
+                f"loss: dout must hold the gradient of out [T+1, N, output_size] = "
+                f"[{t_len + 1}, {n}, {net.output_size}], got shape {dout.shape}"
+            )
+    except BaseException:
+        tape.release()
+        raise
+    return tape, dout.reshape(out.shape), metrics
+
+
+def _sharded_gradient(
+    net: Net, params: np.ndarray, batch: Batch, loss: Loss, pool: ShardPool
+) -> tuple[np.ndarray, dict[str, float]]:
+    """`loss_gradient` shard by shard on ``pool``."""
+    shards = batch.split(pool.threads)
+    # The loss is a mean over valid (mask) steps: each shard's output gradient is scaled by its
+    # share of them, so the shards' parameter gradients simply add up.
+    valid = np.array([s.mask.sum() for s in shards], np.float64)
+    total = valid.sum()
+    weights = valid / total if total > 0 else np.full(len(shards), 1.0 / len(shards))
+    grad, *parts = pool.buffers(net.num_params)
+
+    def shard_gradient(i: int) -> dict[str, float]:
+        tape, dout, metrics = _forward_loss(net, params, shards[i], loss, None)
+        try:
+            dout *= np.float32(weights[i])
+            net.backward(tape, dout, grad=parts[i])
+        finally:
+            tape.release()
+        return metrics
+
+    shard_metrics = pool.map(shard_gradient, range(len(shards)))
+
+    def reduce(sl: slice) -> None:
+        acc = grad[sl]
+        np.copyto(acc, parts[0][sl])
+        for g in parts[1 : len(shards)]:
+            np.add(acc, g[sl], out=acc)
+
+    pool.map(reduce, pool.slices(net.num_params))
+    metrics = {
+        key: float(sum(w * m[key] for m, w in zip(shard_metrics, weights, strict=True)))
+        for key in shard_metrics[0]
+    }
+    if "valid_steps" in metrics:
+        metrics["valid_steps"] = float(total)
+    return grad, metrics
