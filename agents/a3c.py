@@ -6,14 +6,15 @@ for each learner step:
     R_t = r_t + gamma R_{t+1}, R_T = V(x_T)               # n-step returns; bootstrap from
                                                           # V at truncation and unroll end,
                                                           # 0 at termination
-    L = -(R_t - V(x_t)) log pi(a_t|x_t) + value_coef * 0.5 (R_t - V(x_t))^2
-        - entropy_coef * H(pi(.|x_t))
+    L = -(R_t - V(x_t)) log pi(a_t|x_t) + baseline_cost * 0.5 (R_t - V(x_t))^2
+        - entropy_cost * H(pi(.|x_t))
     params <- optimizer(clip(grad L))
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import rlpar
 
@@ -24,24 +25,21 @@ from .common import ActorCriticAgent, ActorCriticConfig, NetConfig, OptimConfig
 class A3CConfig(ActorCriticConfig):
     """A3C hyper-parameters."""
 
-    value_coef: float = rlpar.LossOptions.baseline_cost
-    """Weight of the value loss."""
-    entropy_coef: float = rlpar.LossOptions.entropy_cost
-    """Weight of the entropy bonus."""
+    # The A3C paper's names, read with a deprecation warning; IMPALA's are the names now.
+    renamed_keys: ClassVar[dict[str, str]] = {
+        "value_coef": "baseline_cost",
+        "entropy_coef": "entropy_cost",
+    }
     net: NetConfig = field(default_factory=NetConfig)
     """The network torso."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """The optimizer."""
 
-    def loss_options(self) -> rlpar.LossOptions:
-        """The loss on n-step returns (no importance weighting), with this config's weights."""
-        return rlpar.LossOptions(
-            gamma=self.gamma, baseline_cost=self.value_coef, entropy_cost=self.entropy_coef
-        )
-
 
 class A3C(ActorCriticAgent):
-    """Advantage actor-critic on n-step returns (no off-policy correction)."""
+    """Advantage actor-critic on n-step returns (no off-policy correction). The keys
+    `value_coef` and `entropy_coef` are now `baseline_cost` and `entropy_cost`, as IMPALA's
+    (the old names still work, with a deprecation warning)."""
 
     Config = A3CConfig
 

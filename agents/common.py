@@ -198,8 +198,8 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class ActorCriticConfig:
-    """The fields every built-in actor-critic agent's config shares (each adds its own, and
-    `loss_options`); the loss options' defaults are `rlpar.LossOptions`'s."""
+    """The fields every built-in actor-critic agent's config shares (each adds its own); the
+    loss options' defaults are `rlpar.LossOptions`'s."""
 
     gamma: float = rlpar.LossOptions.gamma
     """Discount factor."""
@@ -213,6 +213,10 @@ class ActorCriticConfig:
     """Gaussian policies with bounded actions: weight of a penalty on the squared distance of
     the policy's mean beyond the bounds (actions are clipped to them for the env, so out there
     the policy gradient has no signal and the mean drifts). 0: none."""
+    baseline_cost: float = rlpar.LossOptions.baseline_cost
+    """Weight of the value loss."""
+    entropy_cost: float = rlpar.LossOptions.entropy_cost
+    """Weight of the entropy bonus."""
 
     def __post_init__(self) -> None:
         rlpar.check_field_types(self)
@@ -226,6 +230,12 @@ class ActorCriticConfig:
             )
         if not 0.0 <= self.gamma <= 1.0:
             raise rlpar.ConfigError(f"gamma: expected a number in [0, 1], got {self.gamma}")
+
+    def loss_options(self) -> rlpar.LossOptions:
+        """The loss on n-step returns (no importance weighting), with this config's weights."""
+        return rlpar.LossOptions(
+            gamma=self.gamma, baseline_cost=self.baseline_cost, entropy_cost=self.entropy_cost
+        )
 
     def loss_rewards(self, rewards: np.ndarray) -> np.ndarray:
         """``rewards`` float32 [T, N] as the loss sees them: clipped to [-reward_clip,

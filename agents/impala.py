@@ -12,6 +12,7 @@ for each learner step:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import rlpar
@@ -29,10 +30,6 @@ class ImpalaConfig(ActorCriticConfig):
     """Clip of the trace-cutting coefficients."""
     pg_rho_bar: float = rlpar.LossOptions.pg_rho_bar
     """Clip of the importance weights in the policy-gradient advantage."""
-    baseline_cost: float = rlpar.LossOptions.baseline_cost
-    """Weight of the value loss."""
-    entropy_cost: float = rlpar.LossOptions.entropy_cost
-    """Weight of the entropy bonus."""
     passes: int = 1
     """Optimizer steps on each batch (1: IMPALA as published). More reuse every sample: from
     the second pass on the batch is off-policy for the moved policy too, which V-trace's
@@ -52,14 +49,12 @@ class ImpalaConfig(ActorCriticConfig):
 
     def loss_options(self) -> rlpar.LossOptions:
         """V-trace targets with this config's clips and weights."""
-        return rlpar.LossOptions(
-            gamma=self.gamma,
+        return dataclasses.replace(
+            super().loss_options(),
             importance_weighting=True,
             rho_bar=self.rho_bar,
             c_bar=self.c_bar,
             pg_rho_bar=self.pg_rho_bar,
-            baseline_cost=self.baseline_cost,
-            entropy_cost=self.entropy_cost,
         )
 
 

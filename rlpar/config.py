@@ -3,13 +3,18 @@
 Each section is a frozen dataclass whose fields carry their meaning in the docstring lines
 below them; `from_dict` builds one from plain data (a TOML table), naming the offending key,
 the expected type and the value given on any error, with a "did you mean" for unknown keys.
+A dataclass that renamed a key keeps the old name readable with a class attribute
+``renamed_keys: ClassVar[dict[str, str]] = {"old": "new"}``: `from_dict` reads the old key as
+the new one, with a DeprecationWarning and a warning on rlpar's log that names the new key.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -30,6 +35,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+log = logging.getLogger("rlpar")
 
 
 class ConfigError(ValueError):
@@ -96,6 +103,7 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
 
 def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     """Build dataclass ``cls`` from ``data``; unknown keys and bad values raise ConfigError."""
+    data = _renamed(cls, data, prefix)
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(typing.cast(Any, cls)) if f.init]
     for key in data:
@@ -109,6 +117,26 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
         return cls(**kwargs)
     except ConfigError as e:
         raise ConfigError(f"{prefix}{e}") from None
+
+
+def _renamed(cls: type, data: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """``data`` with each old key of ``cls.renamed_keys`` given as its new name (warning)."""
+    renamed: dict[str, str] = getattr(cls, "renamed_keys", {})
+    old_keys = [key for key in data if key in renamed]
+    if not old_keys:
+        return data
+    data = dict(data)
+    for old in old_keys:
+        new = renamed[old]
+        if new in data:
+            raise ConfigError(
+                f"'{prefix}{old}' is the old name of '{prefix}{new}': give only '{prefix}{new}'"
+            )
+        message = f"'{prefix}{old}' is deprecated: it is now '{prefix}{new}' (same meaning)"
+        warnings.warn(message, DeprecationWarning, stacklevel=4)
+        log.warning("%s", message)
+        data[new] = data.pop(old)
+    return data
 
 
 def check_field_types(obj: Any) -> None:

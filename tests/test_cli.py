@@ -115,7 +115,7 @@ def test_agents_lists_built_ins_with_their_keys(tmp_path: Path) -> None:
     assert "a3c  (built-in: rlpar.agents.a3c.A3C)" in proc.stdout
     assert "entropy_cost" in proc.stdout and "optim.lr" in proc.stdout
     agents = last_json(run_cli(tmp_path, "agents", "--json"))
-    assert agents["a3c"]["keys"]["entropy_coef"] == {
+    assert agents["a3c"]["keys"]["entropy_cost"] == {
         "type": "float",
         "default": 0.01,
         "required": False,

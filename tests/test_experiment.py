@@ -167,8 +167,29 @@ def test_overrides_are_checked_like_the_file() -> None:
         load_experiment(IMPALA, ["runtime.seed=1.5"])
     with pytest.raises(rlpar.ConfigError, match=r"'runtime.seed' is a value, not a table"):
         load_experiment(IMPALA, ["runtime.seed.x=1"])
-    with pytest.raises(rlpar.ConfigError, match=r"unknown key 'agent.entropy_cost' .*entropy_coef"):
-        load_experiment(IMPALA, ["agent.name=a3c"])  # the file's IMPALA key is not A3C's
+    with pytest.raises(rlpar.ConfigError, match=r"unknown key 'agent.rho_bar'"):
+        load_experiment(IMPALA, ["agent.rho_bar=2.0", "agent.name=a3c"])  # IMPALA's key
+
+
+def test_an_old_key_name_still_reads_with_warnings_naming_the_new(tmp_path, caplog) -> None:
+    """A3C's value_coef and entropy_coef are IMPALA's baseline_cost and entropy_cost now."""
+    path = write(tmp_path, "[agent]\nname = 'a3c'\nentropy_coef = 0.05\nvalue_coef = 0.25\n")
+    with caplog.at_level("WARNING", logger="rlpar"), pytest.warns(DeprecationWarning) as seen:
+        exp = load_experiment(path)
+    for old, new in (("entropy_coef", "entropy_cost"), ("value_coef", "baseline_cost")):
+        message = f"'agent.{old}' is deprecated: it is now 'agent.{new}' (same meaning)"
+        assert message in caplog.text and message in [str(w.message) for w in seen]
+    assert exp.agent.entropy_cost == 0.05 and exp.agent.baseline_cost == 0.25
+    assert "entropy_coef" not in exp.to_dict()["agent"]  # a run saves the new names
+    assert load_experiment(IMPALA, ["agent.name=a3c"]).agent.entropy_cost == 0.01  # no warning
+    with pytest.warns(DeprecationWarning, match="is deprecated: it is now"):
+        assert load_experiment(path, ["agent.entropy_coef=0.5"]).agent.entropy_cost == 0.5
+    both = write(tmp_path, "[agent]\nname = 'a3c'\nentropy_coef = 0.1\nentropy_cost = 0.1\n")
+    with pytest.raises(rlpar.ConfigError, match=r"'agent\.entropy_coef' is the old name of 'agent"):
+        load_experiment(both)
+    with pytest.warns(DeprecationWarning, match="it is now 'agent.baseline_cost'"):
+        agent = rlpar.make_agent("a3c", {"value_coef": 0.25})
+    assert agent.loss_options == rlpar.LossOptions(baseline_cost=0.25)
 
 
 def test_apply_overrides_does_not_touch_its_input() -> None:
