@@ -250,5 +250,5 @@ def test_rlpar_train_refuses_a_layout_that_does_not_fit_when_it_reads_the_file(
     tmp_path: Path,
 ) -> None:
     config = write_config(tmp_path, "async-workers", False, steps=1000)
-    with pytest.raises(ConfigError, match="env.workers_per_actor: expected a divisor"):
+    with pytest.raises(ConfigError, match=r"env\.workers_per_actor: expected a divisor"):
         load_experiment(config, ["runtime.envs_per_actor=3"])

@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -105,7 +105,8 @@ def write_frames(frames: list[np.ndarray], out: Path, fps: int) -> None:
                 raise ValueError(
                     '--video: .mp4 needs imageio and imageio-ffmpeg: pip install "rlpar[video]"'
                 ) from None
-            with imageio.get_writer(tmp, fps=fps, macro_block_size=1) as writer:
+            # The ffmpeg plugin's writer (imageio types get_writer as its base class).
+            with cast(Any, imageio.get_writer(tmp, fps=fps, macro_block_size=1)) as writer:
                 for i, f in enumerate(frames):
                     writer.append_data(f)
                     if len(frames) >= 2000 and i % (len(frames) // 10) == 0:
