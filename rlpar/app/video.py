@@ -59,6 +59,9 @@ def _render_env(env_id: str, kwargs: dict[str, Any], vectorization: str) -> gym.
             f'--video: env.vectorization = "{vectorization}" steps games that do not render; '
             'record with --set env.vectorization="sync" on an env id gymnasium can render'
         )
+    # Off-screen: pygame (classic control) needs no display or sound device for rgb_array.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     modes = gym.spec(env_id).kwargs.get("render_modes") or []
     try:
         env = gym.make(env_id, render_mode="rgb_array", **kwargs)
@@ -77,7 +80,10 @@ def _render_env(env_id: str, kwargs: dict[str, Any], vectorization: str) -> gym.
 
 
 def _frame(env: gym.Env) -> np.ndarray:
-    frame = np.asarray(env.render())
+    try:
+        frame = np.asarray(env.render())
+    except gym.error.DependencyNotInstalled as e:  # classic control renders with pygame
+        raise ValueError(f'--video: {e} (pip install "rlpar[video]" brings pygame)') from None
     if frame.ndim != 3 or frame.shape[2] not in (3, 4) or frame.dtype != np.uint8:
         raise ValueError(
             f"--video: the env rendered {frame.dtype} {frame.shape}, expected uint8 [H, W, 3]"
