@@ -321,13 +321,13 @@ def test_the_runner_checks_its_actor_threads_once(caplog) -> None:
         for actor in runner.actors:  # what two GIL-bound actor threads measure
             actor.stats.env_s, actor.stats.inference_s = 0.5, 0.1
         with caplog.at_level("WARNING", logger="rlpar"):
-            runner._check_gil_bound()  # 1.2 s of actor time: too early to judge
-            assert not runner._gil_checked and not caplog.records
+            runner._gil_check()  # 1.2 s of actor time: too early to judge
+            assert not runner._gil_check.done and not caplog.records
             for actor in runner.actors:
                 actor.stats.env_s = 2.0
-            runner._check_gil_bound()
-            runner._check_gil_bound()
-        assert runner._gil_checked
+            runner._gil_check()
+            runner._gil_check()
+        assert runner._gil_check.done
         assert [r.getMessage()[:16] for r in caplog.records] == ["2 actor threads "]
     finally:
         runner.close()

@@ -20,6 +20,7 @@ from rlpar.app.experiment import experiment_from_dict, load_experiment
 from rlpar.checkpoint import load_checkpoint
 from rlpar.config import ConfigError, EnvConfig, EvalConfig
 from rlpar.runtime import Runner
+from rlpar.runtime import evaluator as evaluator_module
 from rlpar.runtime import runner as runner_module
 from rlpar.runtime.common import RecentLog
 from rlpar.runtime.evaluation import EvaluationError, evaluation_env
@@ -139,7 +140,7 @@ def test_an_evaluator_failure_stops_the_run_and_is_reraised(monkeypatch) -> None
         calls.append(threading.current_thread().name)
         raise KeyError("evaluation exploded")
 
-    monkeypatch.setattr(runner_module, "evaluate_policy", failing)
+    monkeypatch.setattr(evaluator_module, "evaluate_policy", failing)
     before = len(rlpar_threads())
     ev = EvalConfig(episodes=0, check_target=False, interval_env_steps=300)
     runner = Runner(

@@ -1,4 +1,5 @@
-"""The learner thread: a thin shell around ``agent.learn`` (batching, policy lag, publishing)."""
+"""The learner thread: a thin shell around ``agent.learn`` (batching, policy lag, publishing),
+and between two steps, the run's hooks (stop rules, target checks, checkpoints)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,12 @@ from rlpar.runtime.common import POLL_S, ActorHandle, EpisodeLog
 from rlpar.runtime.gil_meter import GilTimes, ThreadMeter
 from rlpar.snapshot import SnapshotStore
 
-__all__ = ["Learner", "LearnerStats", "VersionClock"]
+__all__ = ["Learner", "LearnerHook", "LearnerStats", "VersionClock"]
+
+#: Called on the learner thread after each step, with nothing: a hook is built with what it
+#: reads (the learner's state, quiet until the next step) and what it may do (decide the run's
+#: stop verdict, write a checkpoint). See `Learner.run` for the order.
+LearnerHook = Callable[[], None]
 
 
 @dataclass
@@ -60,6 +66,11 @@ class VersionClock:
                 self._cv.wait(POLL_S)
         return not stop.is_set()
 
+    def waiter(self, first: int, stop: threading.Event) -> Callable[[int], bool]:
+        """An actor's ``wait_for_version`` in deterministic mode: its v-th version (from 1) is
+        ``first + v - 1``."""
+        return lambda v: self.wait_for(first + v - 1, stop)
+
 
 class Learner:
     """Consumes B rollouts per step, calls ``agent.learn``, publishes version ``steps + 1``."""
@@ -76,8 +87,8 @@ class Learner:
         max_policy_lag: int | None,
         deterministic: bool,
         clock: VersionClock,
-        after_step: Callable[[], None] | None = None,
         episodes: EpisodeLog | None = None,  # log the episodes that ride with rollouts
+        stats: LearnerStats | None = None,
     ) -> None:
         self.agent, self.net, self.state, self.store = agent, net, state, store
         self.actors = actors
@@ -85,24 +96,34 @@ class Learner:
         self.max_policy_lag = max_policy_lag
         self.deterministic = deterministic
         self.clock = clock
-        self.after_step = after_step
         self.episodes = episodes
-        self.stats = LearnerStats()
+        self.stats = stats if stats is not None else LearnerStats()
 
     @property
     def version(self) -> int:
         """Version of the parameters the learner holds (= learner steps + 1)."""
         return self.state.steps + 1
 
-    def run(self, stop: threading.Event, in_queue: queue.Queue[Rollout]) -> None:
+    def run(
+        self,
+        stop: threading.Event,
+        in_queue: queue.Queue[Rollout],
+        hooks: Sequence[LearnerHook] = (),
+    ) -> None:
+        """Step until ``stop`` is set, running ``hooks`` in order after every step: between two
+        steps is the only time the learner's state is quiet. Once a hook (or anyone) sets
+        ``stop``, the later hooks of that round are skipped: the run is ending, and whoever
+        runs it writes the final checkpoint after this thread returns."""
         meter = ThreadMeter()
         while not stop.is_set():
             rollouts = self._gather(stop, in_queue)
             if rollouts is None:
                 return
             self.step(rollouts)
-            if self.after_step is not None:
-                self.after_step()
+            for hook in hooks:
+                if stop.is_set():
+                    break
+                hook()
             self.stats.gil = meter.read()
 
     def step(self, rollouts: list[Rollout]) -> dict[str, float]:

@@ -1,10 +1,23 @@
-"""The runner: builds the net, starts the actor and learner threads, supervises, stops, resumes.
+"""The runner: builds a run's pieces, starts the actor and learner threads, supervises, stops.
 
 Control flow, top to bottom in `Runner.run`: start threads (actors, learner, and with an
 `EvalConfig` whose ``interval_env_steps`` is set, the evaluator) -> the main thread waits and
-checks (errors, step budget, target return, wall clock, signals, progress callback) -> stop
-flag -> bounded joins -> final checkpoint -> final evaluation -> re-raise the first thread
-error, if any.
+checks (errors, signals, the stop rules: step budget, target return, wall clock; the progress
+callback) -> stop flag -> bounded joins -> final checkpoint -> final evaluation -> re-raise the
+first thread error, if any.
+
+Each piece is built with what it needs and none calls back into the Runner:
+
+- `rlpar.runtime.stop_rules`: when the run stops (each rule, the thread that applies it, the
+  order);
+- `rlpar.runtime.evaluator`: the evaluator thread, and the target checks' and final
+  evaluations;
+- `rlpar.runtime.checkpointing`: writing checkpoints, and what a resume puts back;
+- `rlpar.runtime.counters`: env steps and episodes, continued across resumes;
+- `rlpar.runtime.reports`: `Progress`, `RunResult` and the GIL report.
+
+Between two steps the learner thread runs an explicit list of hooks (`Runner._rules_and_hooks`
+gives them and their order): its stop rules, the target check, the interval checkpoint.
 
 With an `EvalConfig` whose ``check_target`` is true, a window mean at the target return only
 asks the learner to evaluate its current parameters between two steps; the run stops when that
@@ -16,39 +29,36 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import queue
-import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlpar.agent import Agent, LearnerState
-from rlpar.checkpoint import (
-    Checkpoint,
-    check_signature,
-    checkpoint_path,
-    find_checkpoint,
-    load_checkpoint,
-    net_signature,
-    prune_checkpoints,
-    save_checkpoint,
-)
+from rlpar.checkpoint import Checkpoint
 from rlpar.config import EnvConfig, EvalConfig, RuntimeConfig, check_env_layout, to_dict
 from rlpar.nn import Net
 from rlpar.parallel import ShardPool
 from rlpar.runtime.actor import Actor
-from rlpar.runtime.common import POLL_S, ActorHandle, EpisodeLog, RecentLog
-from rlpar.runtime.env_modes import GIL_CHECK_AFTER_S, gil_bound_warning
+from rlpar.runtime.checkpointing import (
+    Checkpointer,
+    PeriodicCheckpoint,
+    open_resume,
+    restore_actors,
+    restore_learner,
+)
+from rlpar.runtime.common import ActorHandle, RecentLog
+from rlpar.runtime.counters import RunCounters
 from rlpar.runtime.envs import make_actor_envs
-from rlpar.runtime.evaluation import Evaluation, eval_seed, evaluate_policy
-from rlpar.runtime.gil_meter import GilTimes, actor_ceiling
-from rlpar.runtime.learner import Learner, VersionClock
+from rlpar.runtime.evaluator import EvalPoint, PeriodicEvaluator, PolicyEvaluator
+from rlpar.runtime.learner import Learner, LearnerHook, LearnerStats, VersionClock
+from rlpar.runtime.reports import GilBoundCheck, Progress, RunResult, gil_shares, measure_progress
+from rlpar.runtime.stop_rules import Rule, StopVerdict, TargetCheck, stop_rules
+from rlpar.runtime.threads import RunThreads, SignalStop
 from rlpar.snapshot import SnapshotStore
 
 if TYPE_CHECKING:
@@ -58,93 +68,8 @@ __all__ = ["EvalPoint", "Progress", "RunResult", "Runner", "TargetCheck"]
 
 log = logging.getLogger("rlpar")
 
-# Evaluation seeds: (purpose, index) keys, so a check's episodes do not depend on how many
-# periodic evaluations ran before it (deterministic runs stay reproducible).
-_PERIODIC, _CHECK, _FINAL = 0, 1, 2
 #: Evaluation points and target checks a Runner keeps in memory (the newest).
-KEEP_POINTS = 1000
-
-
-@dataclass
-class EvalPoint:
-    """One evaluation during training (the evaluator thread), one per evaluated policy."""
-
-    env_steps: int
-    """Env steps when the snapshot was pinned (the x-axis of the eval curves)."""
-    version: int
-    """The parameter version evaluated."""
-    results: list[Evaluation]
-
-
-@dataclass
-class TargetCheck:
-    """One `EvalConfig.check_target` evaluation on the learner thread."""
-
-    env_steps: int
-    learner_steps: int
-    window_mean: float
-    """The window mean that asked for the check."""
-    eval_mean: float
-    passed: bool
-
-
-@dataclass
-class Progress:
-    """A consistent-enough view of a running run, taken by the main thread."""
-
-    wall_s: float
-    env_steps: int
-    learner_steps: int
-    version: int
-    episodes: int
-    mean_return: float | None
-    min_return: float | None
-    max_return: float | None
-    mean_length: float | None
-    env_steps_per_s: float
-    learner_steps_per_s: float
-    samples_per_s: float
-    policy_lag_mean: float
-    policy_lag_max: int
-    dropped_rollouts: int
-    skipped_publishes: int
-    lost_rollouts: int
-    queue_depth: int
-    stage_fractions: dict[str, float]
-    metrics: dict[str, float]
-    gil: dict[str, Any] = field(default_factory=dict)
-    """The GIL meter (`rlpar.runtime.gil_meter`) since the threads started: {"actor_<i>",
-    "actors" (all local actors together), "learner": {"held", "wait", "native": shares of
-    that thread's wall time}, "actor_ceiling": actor threads the GIL could serve at these
-    shares (Amdahl over the held share; null when no actor holds it)}. Ray actors are not
-    metered (they run in processes of their own)."""
-
-
-@dataclass
-class RunResult:
-    """What `Runner.run` returns (also the summary the CLI prints as JSON)."""
-
-    mean_return: float | None
-    env_steps: int
-    learner_steps: int
-    episodes: int
-    wall_s: float
-    time_to_target_s: float | None
-    stopped_by: str
-    checkpoint: str | None
-    stuck_threads: list[str] = field(default_factory=list)
-    evaluation: list[dict[str, Any]] | None = None
-    """The final evaluation, one entry per `EvalConfig.policies` (policy, episodes, mean_return,
-    std_return, min_return, max_return, mean_length, seed), of the final parameters; None
-    without an `EvalConfig` with episodes > 0 (or when the learner did not stop)."""
-    target_checks: list[dict[str, Any]] = field(default_factory=list)
-    """The `EvalConfig.check_target` evaluations: env_steps, learner_steps, window_mean,
-    eval_mean, passed."""
-    gil: dict[str, Any] = field(default_factory=dict)
-    """The GIL meter over the whole run, as in `Progress.gil`."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+KEEP_POINTS = 100
 
 
 class Runner:
@@ -169,11 +94,7 @@ class Runner:
     ) -> None:
         _check_types(agent=agent, env=env, runtime=runtime)
         check_env_layout(env, runtime)
-        if evaluation is not None and not isinstance(evaluation, EvalConfig):
-            raise TypeError(
-                f"Runner evaluation must be an rlpar.EvalConfig or None, "
-                f"got {type(evaluation).__name__}"
-            )
+        _check_evaluation(evaluation)
         self.agent, self.env_cfg, self.cfg = agent, env, runtime
         self.eval_cfg = evaluation
         # The newest points only: a run of any length keeps its memory flat (the monitor writes
@@ -185,133 +106,100 @@ class Runner:
         )
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.keep_checkpoints = keep_checkpoints
-        self._threads: list[threading.Thread] = []
+        self.stop = threading.Event()
+        self._threads = RunThreads(self.stop)
         self._envs: list[Any] = []
         self.ray: RayActors | None = None  # backend "ray": its actor processes
-
-        # A run or checkpoints directory resumes from its newest checkpoint.
-        self.resumed_from = find_checkpoint(resume) if resume is not None else None
-        resume = self.resumed_from
-        resumed = load_checkpoint(resume) if resume is not None else None
-        if resume is not None:
-            log.info("resuming from %s", resume)
+        self.resumed_from, resumed = open_resume(resume)
         self._generation = int(resumed.counters.get("generation", 0)) + 1 if resumed else 0
         try:
-            self._build_net_and_actors(resumed, resume)
+            self._build_net_and_actors(resumed)
         except BaseException:
             self.close()
             raise
         if resumed is not None:
-            self._restore_rng_states(resumed)
-        counters = resumed.counters if resumed else {}
-        self._base_env_steps = int(counters.get("env_steps", 0))
-        self._base_episodes = int(counters.get("episodes", 0))
-        self._build_learner()
-        # Set once the target is met: (seconds since start, the window's mean return then).
-        self._target_hit: tuple[float, float] | None = None
-        self._check_requested = threading.Event()  # main thread -> learner: check the target
-        self._next_check_at = 0  # episodes the log must hold before the next target check
-        self._errors: list[tuple[str, BaseException]] = []
+            restore_actors(self.actors, resumed)
+        self._build_learner(resumed.counters if resumed else {})
         self._ran = False
 
-    def _build_net_and_actors(self, resumed: Checkpoint | None, resume: Any) -> None:
+    def _build_net_and_actors(self, resumed: Checkpoint | None) -> None:
         """Envs (or Ray actor processes) -> spaces -> net -> learner state (restored on resume)
         -> snapshot store with the first version -> actors."""
-        cfg, agent = self.cfg, self.agent
+        cfg = self.cfg
+        self.net = Net(self.agent.net_spec(*self._build_envs()))
+        params = self.net.init_params(seed=cfg.seed)
+        self.state: LearnerState = self.agent.init_state(self.net, params)
+        if resumed is not None and self.resumed_from is not None:
+            restore_learner(self.state, self.net, resumed, self.resumed_from)
+        # Each actor (and the evaluator) pins at most one snapshot at a time; +2 so no publish is
+        # ever skipped, +1 for the monitor's histograms.
+        periodic = self.eval_cfg is not None and self.eval_cfg.interval_env_steps is not None
+        pins = cfg.num_actors + (1 if periodic else 0)
+        self.store = SnapshotStore(self.net.num_params, num_slots=min(255, pins + 3))
+        self.store.publish(self.state.params, version=self.state.steps + 1)
+        keep = self.checkpoint_dir is not None  # the actors' episodes go into checkpoints
+        self.actors: list[ActorHandle] = []
+        if self.ray is not None:
+            started = self.ray.start(
+                self.agent, self.net, self.store, self._generation, keep_resume_state=keep
+            )
+            self.actors.extend(started)
+        else:
+            self.actors.extend(
+                _local_actors(
+                    self._envs, self.agent, self.net, self.store, cfg, self._generation, keep
+                )
+            )
+
+    def _build_envs(self) -> tuple[Any, Any]:
+        """Each actor's envs (or the Ray actor processes); (observation, action) space."""
+        cfg = self.cfg
         if cfg.backend == "ray":
             from rlpar.runtime.ray_backend import RayActors  # Ray is an optional dependency
 
             self.ray = RayActors(self.env_cfg, cfg)
-            spaces = self.ray.spaces
-        else:
-            for _ in range(cfg.num_actors):
-                self._envs.append(make_actor_envs(self.env_cfg, cfg.envs_per_actor))
-            spaces = (self._envs[0].single_observation_space, self._envs[0].single_action_space)
-        self.net = Net(agent.net_spec(*spaces))
-        self.state: LearnerState = agent.init_state(self.net, self.net.init_params(seed=cfg.seed))
-        if resumed is not None:
-            self._restore(resumed, resume)
-        # Each actor (and the evaluator) pins at most one snapshot at a time; +2 so no publish is
-        # ever skipped, +1 for the monitor's histograms.
-        pins = cfg.num_actors + (1 if self._periodic_eval else 0)
-        self.store = SnapshotStore(self.net.num_params, num_slots=min(255, pins + 3))
-        self.store.publish(self.state.params, version=self.state.steps + 1)
-        self.actors: list[ActorHandle] = []
-        if self.ray is not None:
-            self.actors.extend(
-                self.ray.start(
-                    agent,
-                    self.net,
-                    self.store,
-                    self._generation,
-                    keep_resume_state=self.checkpoint_dir is not None,
-                )
-            )
-            return
-        self.actors.extend(
-            Actor(
-                i,
-                envs=envs,
-                agent=agent,
-                net=self.net,
-                store=self.store,
-                unroll_length=cfg.unroll_length,
-                num_buffers=cfg.buffers_per_actor,
-                seed=cfg.seed,
-                generation=self._generation,
-                keep_resume_state=self.checkpoint_dir is not None,
-            )
-            for i, envs in enumerate(self._envs)
-        )
+            return self.ray.spaces
+        for _ in range(cfg.num_actors):
+            self._envs.append(make_actor_envs(self.env_cfg, cfg.envs_per_actor))
+        return self._envs[0].single_observation_space, self._envs[0].single_action_space
 
-    def _restore_rng_states(self, resumed: Checkpoint) -> None:
-        numpy_states = resumed.rng_states.get("actors", [])
-        samplers = resumed.rng_states.get("samplers", [])
-        for i, actor in enumerate(self.actors):
-            actor.set_rng_state(
-                numpy_states[i] if i < len(numpy_states) else None,
-                samplers[i] if i < len(samplers) else None,
-            )
-            # The episodes in progress, where the checkpoint has them (envs that save their
-            # state); a state that does not fit this run (other envs or K) is skipped, loudly.
-            prefix = f"actors/{i}/"
-            arrays = {
-                k.removeprefix(prefix): v for k, v in resumed.arrays.items() if k.startswith(prefix)
-            }
-            if arrays:
-                try:
-                    actor.load_resume_state(arrays)
-                except ValueError as e:
-                    log.warning("resume: %s; actor %d starts new episodes", e, i)
-
-    def _build_learner(self) -> None:
+    def _build_learner(self, resumed_counters: dict[str, Any]) -> None:
+        """The counters, the queue and the learner, and the pieces that read them: the stop
+        verdict, checkpoints, evaluations, the GIL check."""
         cfg = self.cfg
-        self.episodes = EpisodeLog(env_steps=self.env_steps)
+        # Deterministic mode counts the env steps the learner consumed (its stats).
+        learned = LearnerStats() if cfg.deterministic else None
+        self.counters = RunCounters(resumed_counters, self.actors, learned)
+        self.episodes = self.counters.episodes
         self.queue: queue.Queue = queue.Queue(maxsize=cfg.num_actors * cfg.buffers_per_actor)
-        self.stop = threading.Event()
-        self.clock = VersionClock(self.state.steps + 1)
-        self._budget_spent = threading.Event()
-        self.learner = Learner(
-            agent=self.agent,
-            net=self.net,
+        self._verdict = StopVerdict(self.stop)
+        self.learner = _learner(cfg, self.agent, self.net, self.state, self.store, self.counters)
+        self.clock = self.learner.clock
+        self._checkpoints = Checkpointer(
+            self.checkpoint_dir,
+            self.keep_checkpoints,
             state=self.state,
-            store=self.store,
+            net=self.net,
             actors=self.actors,
-            batch_rollouts=cfg.batch_rollouts,
-            max_policy_lag=0 if cfg.deterministic else cfg.max_policy_lag,
-            deterministic=cfg.deterministic,
-            clock=self.clock,
-            after_step=self._after_learner_step,
-            episodes=self.episodes if cfg.deterministic else None,
+            counters=self.counters,
+            config=self.config,
+            generation=self._generation,
         )
-
-    @property
-    def _periodic_eval(self) -> bool:
-        return self.eval_cfg is not None and self.eval_cfg.interval_env_steps is not None
-
-    @property
-    def _verify_target(self) -> bool:
-        return self.eval_cfg is not None and self.eval_cfg.check_target
+        # With an EvalConfig: the evaluations (target checks, final), and with
+        # interval_env_steps the evaluator thread's body.
+        self._evaluator: PolicyEvaluator | None = None
+        self._periodic: PeriodicEvaluator | None = None
+        ecfg = self.eval_cfg
+        if ecfg is not None:
+            self._evaluator = PolicyEvaluator(
+                self.agent, self.net, self.env_cfg, ecfg, cfg.seed, self._generation
+            )
+        if self._evaluator is not None and ecfg is not None and ecfg.interval_env_steps is not None:
+            every, steps = ecfg.interval_env_steps, self.counters.env_steps
+            self._periodic = PeriodicEvaluator(
+                self._evaluator, self.store, steps, every, self.evaluations
+            )
+        self._gil_check = GilBoundCheck(self.env_cfg, self.actors)
 
     @property
     def params(self) -> np.ndarray:
@@ -324,63 +212,23 @@ class Runner:
     def env_steps(self) -> int:
         """Env steps so far, across all actors (and before a resume). In deterministic mode, the
         steps the learner consumed: an unroll in flight when the run stops is not counted."""
-        if self.cfg.deterministic:
-            return self._base_env_steps + self.learner.stats.samples
-        return self._base_env_steps + sum(a.stats.env_steps for a in self.actors)
+        return self.counters.env_steps()
 
     def progress(self, wall_s: float) -> Progress:
-        recent = self.episodes.recent(self.cfg.return_window)
-        rets = [e[0] for e in recent]
-        ls = self.learner.stats
-        acts = [a.stats for a in self.actors]
-        env_s = sum(a.env_s for a in acts)
-        inf_s = sum(a.inference_s for a in acts)
-        wait_s = sum(a.queue_wait_s for a in acts) + ls.queue_wait_s
-        total = env_s + inf_s + wait_s + ls.learn_s + ls.publish_s
-        stages = {
-            "env_step": env_s,
-            "inference": inf_s,
-            "queue_wait": wait_s,
-            "learn": ls.learn_s,
-            "publish": ls.publish_s,
-        }
-        run_steps = sum(a.env_steps for a in acts)
-        rate = 1.0 / wall_s if wall_s > 0 else 0.0
-        return Progress(
-            wall_s=wall_s,
-            env_steps=self.env_steps(),
-            learner_steps=self.state.steps,
-            version=self.learner.version,
-            episodes=self._base_episodes + self.episodes.count,
-            mean_return=float(np.mean(rets)) if rets else None,
-            min_return=float(np.min(rets)) if rets else None,
-            max_return=float(np.max(rets)) if rets else None,
-            mean_length=float(np.mean([e[1] for e in recent])) if recent else None,
-            env_steps_per_s=run_steps * rate,
-            learner_steps_per_s=ls.steps * rate,
-            samples_per_s=ls.samples * rate,
-            policy_lag_mean=ls.lag_mean,
-            policy_lag_max=ls.lag_max,
-            dropped_rollouts=ls.dropped_rollouts,
-            skipped_publishes=ls.skipped_publishes,
-            lost_rollouts=self.ray.lost_rollouts if self.ray is not None else 0,
+        """The run as it is ``wall_s`` seconds after its start (`Progress`)."""
+        return measure_progress(
+            wall_s,
+            counters=self.counters,
+            learner=self.learner,
+            actors=self.actors,
+            return_window=self.cfg.return_window,
             queue_depth=self.queue.qsize(),
-            stage_fractions={k: (v / total if total > 0 else 0.0) for k, v in stages.items()},
-            metrics=dict(ls.metrics),
-            gil=self.gil_report(),
+            lost_rollouts=self.ray.lost_rollouts if self.ray is not None else 0,
         )
 
     def gil_report(self) -> dict[str, Any]:
         """`Progress.gil`: each thread's GIL shares since it started, and the actor ceiling."""
-        local = [a for a in self.actors if isinstance(a, Actor)]
-        report: dict[str, Any] = {f"actor_{a.index}": a.stats.gil.shares() for a in local}
-        total = sum((a.stats.gil for a in local), GilTimes())
-        learner = self.learner.stats.gil.shares()
-        report["actors"] = total.shares()
-        report["learner"] = learner
-        ceiling = actor_ceiling(report["actors"]["held"], learner["held"]) if local else None
-        report["actor_ceiling"] = ceiling if ceiling is None or math.isfinite(ceiling) else None
-        return report
+        return gil_shares(self.actors, self.learner.stats)
 
     # ------------------------------------------------------------------------------- the run
 
@@ -398,89 +246,100 @@ class Runner:
         if self._ran:
             raise RuntimeError("a Runner runs once; build a new one (resume=checkpoint) to go on")
         self._ran = True
-        self._start = self._last_checkpoint = time.perf_counter()
-        if self.checkpoint_dir is not None:  # what an earlier run, killed mid-write, left
-            prune_checkpoints(self.checkpoint_dir, keep=self.keep_checkpoints)
-        restore_signals = self._install_signal_handlers()
-        try:
-            self._start_threads()
-            stopped_by, time_to_target = self._supervise(on_progress, progress_interval_s)
-        finally:
-            self.stop.set()
-            stuck = self._join_threads()
-            if self.state.pool is not None:
-                stuck += self.state.pool.close(self.cfg.join_timeout_s)
-                self.state.pool = None
-            restore_signals()
+        self._start = time.perf_counter()
+        self._checkpoints.prune()  # what an earlier run, killed mid-write, left
+        rules, hooks = self._rules_and_hooks()
+        with SignalStop(self.stop) as signals:
+            try:
+                self._start_threads(hooks)
+                stopped_by = self._supervise(rules, signals, on_progress, progress_interval_s)
+            finally:
+                self.stop.set()
+                stuck = self._threads.join(self.cfg.join_timeout_s)
+                if self.state.pool is not None:
+                    stuck += self.state.pool.close(self.cfg.join_timeout_s)
+                    self.state.pool = None
         wall = time.perf_counter() - self._start
-        learner_alive = any(t.name == "rlpar-learner" and t.is_alive() for t in self._threads)
-        if self._errors:
+        learner_alive = "rlpar-learner" in self._threads.alive()
+        if self._threads.errors:
             self._raise_first_error(learner_alive)
-        final = None if learner_alive else self._save_checkpoint()
+        final = None if learner_alive else self._checkpoints.save()
         if on_progress is not None:
             on_progress(self.progress(wall))
         self.close()
-        result = self._result(wall, stopped_by, time_to_target, final, stuck)
-        if not learner_alive:
-            result.evaluation = self._final_evaluation()
+        result = self._result(wall, stopped_by, final, stuck)
+        if not learner_alive and self._evaluator is not None:
+            # after the threads stopped: nothing else reads or writes the parameters now
+            result.evaluation = self._evaluator.final(self.state.params)
         return result
 
+    def _rules_and_hooks(self) -> tuple[list[Rule], list[LearnerHook]]:
+        """(the main thread's stop rules, the learner's hooks), each in the order it runs them.
+        After every step the learner runs:
+
+        1. its stop rules (`stop_rules`; deterministic mode: the target return, then the step
+           budget), which judge the step just taken (a run whose last budgeted step meets the
+           target stops by ``target_return``), and then the target check
+           (`EvalConfig.check_target`): a check that this step's window asked for evaluates
+           this step's parameters, so deterministic runs reproduce;
+        2. the interval checkpoint, last: once a rule or a passing check has stopped the run
+           it is skipped, and the final checkpoint (of the same parameters) follows the joins.
+        """
+        cfg = self.cfg
+        main, learner = stop_rules(
+            cfg,
+            verdict=self._verdict,
+            episodes=self.episodes,
+            env_steps=self.counters.env_steps,
+            state=self.state,
+            evaluator=self._evaluator,
+            checks=self.target_checks,
+            start=self._start,
+        )
+        if cfg.checkpoint_interval_s is not None:
+            interval = cfg.checkpoint_interval_s
+            learner.append(PeriodicCheckpoint(self._checkpoints, interval, self._start))
+        return main, learner
+
     def _supervise(
-        self, on_progress: Callable[[Progress], None] | None, interval_s: float
-    ) -> tuple[str, float | None]:
-        """The main thread's loop: wait, check every stop condition, report progress.
-        Returns (``stopped_by``, seconds to the target return or None)."""
-        cfg, start = self.cfg, self._start
-        next_progress = start + interval_s
+        self,
+        rules: list[Rule],
+        signals: SignalStop,
+        on_progress: Callable[[Progress], None] | None,
+        interval_s: float,
+    ) -> str:
+        """The main thread's loop: wait, look for a reason to stop (a thread's error, a signal,
+        the stop verdict of a rule on either thread, a stop from outside), apply the main
+        thread's stop rules, report progress. Returns ``stopped_by``."""
+        next_progress = self._start + interval_s
         while True:
             self.stop.wait(0.02)
+            stopping = self.stop.is_set()  # read first: a rule decides its verdict, then stops
+            if self._threads.errors:
+                return "error"
+            if signals.caught is not None:
+                return signals.caught
+            if not stopping:
+                for rule in rules:  # in order: the first to decide stops the run
+                    rule()
+                    if self.stop.is_set():
+                        break
+            if self._verdict.reason is not None:
+                return self._verdict.reason
+            if stopping:
+                return "stop"
             now = time.perf_counter()
-            if self._errors:
-                return "error", None
-            if self._signal is not None:
-                return self._signal, None
-            if self._target_hit is not None:  # found by the learner (deterministic, or checked)
-                return "target_return", self._target_hit[0]
-            if self._budget_spent.is_set():
-                return "total_env_steps", None
-            if self.stop.is_set():
-                return "stop", None
-            if not cfg.deterministic and self.env_steps() >= cfg.total_env_steps:
-                return "total_env_steps", None
-            if not cfg.deterministic and self._check_target(now):
-                return "target_return", now - start
-            if cfg.max_wall_s is not None and now - start >= cfg.max_wall_s:
-                return "max_wall_s", None
             if on_progress is not None and now >= next_progress:
-                on_progress(self.progress(now - start))
+                on_progress(self.progress(now - self._start))
                 next_progress = now + interval_s
-            self._check_gil_bound()
-
-    _gil_checked = False
-
-    def _check_gil_bound(self) -> None:
-        """Warn once when the actor threads take turns on the GIL (`gil_bound_warning`)."""
-        if self._gil_checked:
-            return
-        looping = [a for a in self.actors if isinstance(a, Actor) and a.sampler is None]
-        env_s = sum(a.stats.env_s for a in looping)
-        inference_s = sum(a.stats.inference_s for a in looping)
-        if len(looping) < 2 or self.env_cfg.vectorization != "sync":
-            self._gil_checked = True  # nothing to find in this run
-            return
-        if env_s + inference_s < GIL_CHECK_AFTER_S:
-            return  # not measured long enough yet
-        self._gil_checked = True
-        warning = gil_bound_warning(self.env_cfg, len(looping), env_s, inference_s)
-        if warning is not None:
-            log.warning(warning)
+            self._gil_check()
 
     def _raise_first_error(self, learner_alive: bool) -> None:
-        name, exc = self._errors[0]
+        name, exc = self._threads.errors[0]
         # The learner's state is whole unless the learner itself failed (or is stuck).
         saved = None
         if name != "learner" and not learner_alive:
-            saved = self._save_checkpoint()
+            saved = self._checkpoints.save()
         self.close()
         note = f"(raised in rlpar thread {name!r}; the run was stopped"
         note += f", its final checkpoint is {saved})" if saved is not None else ")"
@@ -491,22 +350,19 @@ class Runner:
         raise exc
 
     def _result(
-        self,
-        wall: float,
-        stopped_by: str,
-        time_to_target: float | None,
-        final: Path | None,
-        stuck: list[str],
+        self, wall: float, stopped_by: str, final: Path | None, stuck: list[str]
     ) -> RunResult:
         recent = self.episodes.recent(self.cfg.return_window)
         mean_return = float(np.mean([e[0] for e in recent])) if recent else None
-        if stopped_by == "target_return" and self._target_hit is not None:
-            mean_return = self._target_hit[1]  # the window that met the target, not a later one
+        time_to_target = None
+        if stopped_by == "target_return":
+            mean_return = self._verdict.window_mean  # the window that met the target
+            time_to_target = self._verdict.at - self._start
         return RunResult(
             mean_return=mean_return,
             env_steps=self.env_steps(),
             learner_steps=self.state.steps,
-            episodes=self._base_episodes + self.episodes.count,
+            episodes=self.counters.episode_count(),
             wall_s=wall,
             time_to_target_s=time_to_target,
             stopped_by=stopped_by,
@@ -516,31 +372,9 @@ class Runner:
             gil=self.gil_report(),
         )
 
-    def _final_evaluation(self) -> list[dict[str, Any]] | None:
-        """Each of `EvalConfig.policies` played with the final parameters (after the threads
-        stopped: nothing else reads or writes them now)."""
-        ecfg = self.eval_cfg
-        if ecfg is None or ecfg.episodes == 0:
-            return None
-        out = []
-        for i, policy in enumerate(ecfg.policies):
-            e = evaluate_policy(
-                self.agent,
-                self.net,
-                self.state.params,
-                self.env_cfg,
-                episodes=ecfg.episodes,
-                greedy=policy == "greedy",
-                seed=eval_seed(self.cfg.seed, _FINAL, self._generation, i),
-                max_envs=ecfg.max_envs,
-            )
-            assert e is not None  # no stop event: it plays every episode
-            out.append(e.to_dict(episodes=False))
-        return out
-
     def close(self) -> None:
         """Close the envs (idempotent); envs of a stuck actor are left alone."""
-        stuck = {t.name for t in self._threads if t.is_alive()} if self._threads else set()
+        stuck = self._threads.alive()
         for i, envs in enumerate(self._envs):
             if envs is not None and f"rlpar-actor-{i}" not in stuck:
                 envs.close()
@@ -550,262 +384,25 @@ class Runner:
 
     # ----------------------------------------------------------------------------- threads
 
-    def _guard(self, name: str, body: Callable[[], None]) -> Callable[[], None]:
-        def run() -> None:
-            try:
-                body()
-            except BaseException as exc:  # every failure stops the run and reaches the main thread
-                self._errors.append((name, exc))
-                self.stop.set()
-
-        return run
-
-    def _start_threads(self) -> None:
-        cfg = self.cfg
+    def _start_threads(self, hooks: list[LearnerHook]) -> None:
+        """The actor threads, the learner thread (running ``hooks`` after each step) and, with
+        ``interval_env_steps``, the evaluator thread; each stops and fails like the others."""
+        cfg, threads = self.cfg, self._threads
         if cfg.learner_threads > 1:  # the learner step's helpers, for this run only
             self.state.pool = ShardPool(cfg.learner_threads, split=cfg.learner_split)
+        # Deterministic mode: each actor makes B / num_actors rollouts from each version.
+        wait = self.clock.waiter(self.state.steps + 1, self.stop) if cfg.deterministic else None
         per_version = cfg.batch_rollouts // cfg.num_actors if cfg.deterministic else 1
-        first = self.state.steps + 1
         for actor in self.actors:
-            if cfg.deterministic:
-
-                def wait_for(v: int, first: int = first) -> bool:
-                    return self.clock.wait_for(first + v - 1, self.stop)
-
-                wait: Callable[[int], bool] | None = wait_for
-            else:
-                wait = None
             body = _bind(actor.run, self.stop, self.queue, self.episodes, wait, per_version)
-            self._threads.append(
-                threading.Thread(
-                    target=self._guard(f"actor-{actor.index} (env {self.env_cfg.id})", body),
-                    name=f"rlpar-actor-{actor.index}",
-                    daemon=True,
-                )
-            )
-        learner = _bind(self.learner.run, self.stop, self.queue)
-        self._threads.append(
-            threading.Thread(
-                target=self._guard("learner", learner), name="rlpar-learner", daemon=True
-            )
+            name = f"actor-{actor.index} (env {self.env_cfg.id})"
+            threads.add(name, f"rlpar-actor-{actor.index}", body)
+        threads.add(
+            "learner", "rlpar-learner", _bind(self.learner.run, self.stop, self.queue, hooks)
         )
-        if self._periodic_eval:  # evaluates pinned snapshots; stops and fails like the others
-            self._threads.append(
-                threading.Thread(
-                    target=self._guard("evaluator", self._evaluate_periodically),
-                    name="rlpar-evaluator",
-                    daemon=True,
-                )
-            )
-        for t in self._threads:
-            t.start()
-
-    def _join_threads(self) -> list[str]:
-        deadline = time.perf_counter() + self.cfg.join_timeout_s
-        stuck = []
-        for t in self._threads:
-            t.join(max(0.0, deadline - time.perf_counter()))
-            if t.is_alive():
-                stuck.append(t.name)
-        if stuck:
-            log.error(
-                "%s did not stop within %.1f s (stuck in an env step or the learner?); "
-                "left running as daemon threads",
-                ", ".join(stuck),
-                self.cfg.join_timeout_s,
-            )
-        return stuck
-
-    def _evaluate_periodically(self) -> None:
-        """The evaluator thread: every ``interval_env_steps`` env steps, pin the newest
-        snapshot and evaluate it (``interval_episodes`` episodes per policy)."""
-        ecfg = self.eval_cfg
-        assert ecfg is not None and ecfg.interval_env_steps is not None
-        every = ecfg.interval_env_steps
-        next_at = self.env_steps()  # the first point: the policy the run starts with
-        index = 0
-        while not self.stop.is_set():
-            steps = self.env_steps()
-            if steps < next_at:
-                self.stop.wait(POLL_S)
-                continue
-            results = []
-            with self.store.pin() as snap:  # one version for every episode of this point
-                version = snap.version
-                for i, policy in enumerate(ecfg.policies):
-                    e = evaluate_policy(
-                        self.agent,
-                        self.net,
-                        snap,
-                        self.env_cfg,
-                        episodes=ecfg.interval_episodes,
-                        greedy=policy == "greedy",
-                        seed=eval_seed(self.cfg.seed, _PERIODIC, self._generation, index, i),
-                        max_envs=ecfg.max_envs,
-                        stop=self.stop,
-                    )
-                    if e is None:  # stopping
-                        return
-                    results.append(e)
-            self.evaluations.append(EvalPoint(steps, version, results))
-            index += 1
-            next_at = (steps // every + 1) * every
-
-    def _window_at_target(self) -> float | None:
-        """The window mean once the last ``return_window`` episodes average at least
-        ``target_return`` (and, after a failed check, the window is new), else None."""
-        target = self.cfg.target_return
-        if target is None or self.episodes.count < self._next_check_at:
-            return None
-        recent = self.episodes.recent(self.cfg.return_window)
-        if len(recent) < self.cfg.return_window:
-            return None
-        mean = float(np.mean([e[0] for e in recent]))
-        return mean if mean >= target else None
-
-    def _check_target(self, now: float) -> bool:
-        """True (and ``_target_hit`` set) once the window mean reaches ``target_return``; with
-        ``check_target``, that only asks the learner for an evaluation (see `_check_on_learner`)
-        and returns False."""
-        mean = self._window_at_target()
-        if mean is None:
-            return False
-        if self._verify_target:
-            self._check_requested.set()
-            return False
-        self._target_hit = (now - self._start, mean)
-        return True
-
-    def _check_on_learner(self) -> None:
-        """On the learner thread, between steps: evaluate the current parameters; if they reach
-        the target, stop (the learner takes no further step). Otherwise wait for a new window."""
-        window_mean = self._window_at_target()  # again: the window may have moved since
-        if window_mean is None:
-            return
-        ecfg, target = self.eval_cfg, self.cfg.target_return
-        assert ecfg is not None and target is not None
-        e = evaluate_policy(
-            self.agent,
-            self.net,
-            self.state.params,
-            self.env_cfg,
-            episodes=ecfg.episodes,
-            greedy=ecfg.policies[0] == "greedy",
-            seed=eval_seed(self.cfg.seed, _CHECK, self._generation, self.target_checks.count),
-            max_envs=ecfg.max_envs,
-            stop=self.stop,
-        )
-        if e is None:  # stopping anyway
-            return
-        passed = e.mean_return >= (target if ecfg.check_return is None else ecfg.check_return)
-        self.target_checks.append(
-            TargetCheck(self.env_steps(), self.state.steps, window_mean, e.mean_return, passed)
-        )
-        log.info(
-            "target check at %d env steps: window mean %.2f, evaluated %s %.2f over %d "
-            "episodes -> %s",
-            self.env_steps(),
-            window_mean,
-            e.policy,
-            e.mean_return,
-            e.episodes,
-            "stop" if passed else "go on",
-        )
-        if passed:
-            self._target_hit = (time.perf_counter() - self._start, window_mean)
-            self.stop.set()
-        else:
-            self._next_check_at = self.episodes.count + self.cfg.return_window
-
-    # --------------------------------------------------------------------------- signals
-
-    _signal: str | None = None
-
-    def _install_signal_handlers(self) -> Callable[[], None]:
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-
-        def handler(signum: int, _frame: Any) -> None:
-            self._signal = signal.Signals(signum).name
-            self.stop.set()
-
-        for s in previous:
-            signal.signal(s, handler)
-
-        def restore() -> None:
-            for s, h in previous.items():
-                signal.signal(s, h)
-
-        return restore
-
-    # ------------------------------------------------------------------------ checkpoints
-
-    def _after_learner_step(self) -> None:
-        """On the learner thread, between steps: the only place the state is quiet."""
-        cfg = self.cfg
-        if cfg.deterministic:
-            # A fixed number of learner steps, not a race between actors and the main thread;
-            # the episode log only changes in learner steps, so the target check is exact too.
-            if self._check_target(time.perf_counter()):
-                self.stop.set()
-            per_step = cfg.batch_rollouts * cfg.env_steps_per_rollout
-            if self.state.steps >= -(-cfg.total_env_steps // per_step):
-                self._budget_spent.set()
-                self.stop.set()
-        if self._check_requested.is_set():  # eval.check_target: the window asked for a check
-            self._check_requested.clear()
-            self._check_on_learner()
-            if self.stop.is_set():
-                return
-        interval = self.cfg.checkpoint_interval_s
-        if interval is not None and time.perf_counter() - self._last_checkpoint >= interval:
-            self._save_checkpoint()
-            self._last_checkpoint = time.perf_counter()
-
-    def _snapshot_state(self) -> Checkpoint:
-        # Each actor's generators and episodes as of one of its finished unrolls (one read each).
-        saved = [a.checkpoint_state() for a in self.actors]
-        return Checkpoint(
-            params=self.state.params.copy(),
-            optimizer=self.state.optimizer.state_dict(),
-            counters={
-                "env_steps": self.env_steps(),
-                "learner_steps": self.state.steps,
-                "version": self.state.steps + 1,
-                "episodes": self._base_episodes + self.episodes.count,
-                "generation": self._generation,
-            },
-            rng_states={
-                "actors": [rng["numpy"] for rng, _ in saved],
-                "samplers": [rng["sampler"] for rng, _ in saved],
-            },
-            config=self.config,
-            net_signature=net_signature(self.net),
-            extra={"agent": dict(self.state.extra)},
-            arrays={
-                f"actors/{i}/{name}": array
-                for i, (_, arrays) in enumerate(saved)
-                for name, array in (arrays or {}).items()
-            },
-        )
-
-    def _save_checkpoint(self) -> Path | None:
-        if self.checkpoint_dir is None:
-            return None
-        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        path = save_checkpoint(
-            checkpoint_path(self.checkpoint_dir, self.state.steps), self._snapshot_state()
-        )
-        prune_checkpoints(self.checkpoint_dir, keep=self.keep_checkpoints)
-        return path
-
-    def _restore(self, ckpt: Checkpoint, path: str | Path) -> None:
-        check_signature(ckpt, net_signature(self.net), path)
-        self.state.params[...] = ckpt.params
-        self.state.optimizer.load_state_dict(ckpt.optimizer)
-        self.state.steps = int(ckpt.counters["learner_steps"])
-        self.state.extra = dict(ckpt.extra.get("agent", {}))
+        if self._periodic is not None:  # evaluates pinned snapshots
+            threads.add("evaluator", "rlpar-evaluator", _bind(self._periodic.run, self.stop))
+        threads.start()
 
 
 def _check_types(**given: Any) -> None:
@@ -820,5 +417,66 @@ def _check_types(**given: Any) -> None:
             )
 
 
+def _check_evaluation(evaluation: Any) -> None:
+    if evaluation is not None and not isinstance(evaluation, EvalConfig):
+        raise TypeError(
+            f"Runner evaluation must be an rlpar.EvalConfig or None, "
+            f"got {type(evaluation).__name__}"
+        )
+
+
 def _bind(fn: Callable[..., None], *args: Any) -> Callable[[], None]:
     return lambda: fn(*args)
+
+
+def _learner(
+    cfg: RuntimeConfig,
+    agent: Agent,
+    net: Net,
+    state: LearnerState,
+    store: SnapshotStore,
+    counters: RunCounters,
+) -> Learner:
+    """The learner of a run configured by ``cfg``, over ``counters.actors``. Deterministic mode:
+    no rollout dropped for its policy lag, the episodes that ride with the rollouts logged in
+    batch order, and the learner's stats are ``counters.learned``."""
+    return Learner(
+        agent=agent,
+        net=net,
+        state=state,
+        store=store,
+        actors=counters.actors,
+        batch_rollouts=cfg.batch_rollouts,
+        max_policy_lag=0 if cfg.deterministic else cfg.max_policy_lag,
+        deterministic=cfg.deterministic,
+        clock=VersionClock(state.steps + 1),
+        episodes=counters.episodes if cfg.deterministic else None,
+        stats=counters.learned,
+    )
+
+
+def _local_actors(
+    envs: list[Any],
+    agent: Agent,
+    net: Net,
+    store: SnapshotStore,
+    cfg: RuntimeConfig,
+    generation: int,
+    keep_resume_state: bool,
+) -> list[Actor]:
+    """One `Actor` over each of ``envs`` (the actor threads of this process)."""
+    return [
+        Actor(
+            i,
+            envs=actor_envs,
+            agent=agent,
+            net=net,
+            store=store,
+            unroll_length=cfg.unroll_length,
+            num_buffers=cfg.buffers_per_actor,
+            seed=cfg.seed,
+            generation=generation,
+            keep_resume_state=keep_resume_state,
+        )
+        for i, actor_envs in enumerate(envs)
+    ]
