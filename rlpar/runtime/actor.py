@@ -1,4 +1,11 @@
-"""An actor thread: steps its K envs with one batched forward per step, writes rollouts."""
+"""An actor thread: steps its K envs with one batched forward per step, writes rollouts.
+
+One unroll path per kind of env: native envs run the whole unroll in one GIL-free call
+(`_unroll_fused`), a vector env steps from a Python loop (`_unroll_python`), and split envs
+(`SplitEnvs`, double buffering) step one half while the actor infers on the other
+(`_unroll_double_buffered`). The two Python loops write each step and carry the episodes with
+one method (`_record`).
+"""
 
 from __future__ import annotations
 
@@ -73,42 +80,19 @@ class Actor:
         self.net = net
         self.store = store
         self.actions = ActionAdapter(envs.single_action_space)
-        obs_space = envs.single_observation_space
-        if obs_space.shape is None:
-            raise ValueError(f"actor {index}: the observation space {obs_space} has no shape")
         self.num_envs = envs.num_envs
         self.free: queue.Queue[Rollout] = queue.Queue()
-        for _ in range(num_buffers):
-            self.free.put(
-                Rollout.allocate(
-                    unroll_length,
-                    self.num_envs,
-                    obs_space.shape,
-                    storage_dtype(obs_space),
-                    self.actions.shape,
-                    self.actions.dtype,
-                    net.output_size,
-                    actor=index,
-                    state_size=net.state_size,
-                )
-            )
+        for r in _allocate(index, envs, self.actions, net, unroll_length, num_buffers):
+            self.free.put(r)
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, index, 1 << 20]))
-        # The fused path: native envs and an agent that samples the categorical softmax.
-        self.sampler = None
-        if agent.native_sampling and isinstance(envs, FusedEnvs):
-            try:
-                envs.check_fused(net)
-            except ValueError as e:
-                log.info("actor %d: Python path (%s)", index, e)
-            else:
-                key = np.random.SeedSequence([seed, index, 1 << 21]).generate_state(1)[0]
-                self.sampler = _native.CategoricalSampler(int(key))
+        self.sampler = _fused_sampler(index, envs, agent, net, seed)
         try:
             # one seed per env where the vector env takes them (gymnasium types it int)
-            obs, _ = envs.reset(seed=env_seeds(envs, seed, index, generation))  # type: ignore[arg-type]
+            self.obs, _ = envs.reset(seed=env_seeds(envs, seed, index, generation))  # type: ignore[arg-type]
         except ValueError as e:
             raise explain_env_error(envs, e) from e
-        self.obs = obs
+        # The episodes in progress: whether each env's last step ended one (so its next step
+        # is the reset step), and the return and length of each so far.
         self.prev_done = np.zeros(self.num_envs, bool)
         self.ep_return = np.zeros(self.num_envs, np.float64)
         self.ep_length = np.zeros(self.num_envs, np.int64)
@@ -116,11 +100,14 @@ class Actor:
         # A recurrent net's state (None for a feed-forward net), carried on every path.
         self.core = CoreState(net, self.num_envs) if net.recurrent else None
         self.seq = 0
+        self._all = slice(0, self.num_envs)
         self._resumable = callable(getattr(envs, "save_state", None)) and callable(
             getattr(envs, "load_state", None)
         )
         self._keep_resume = keep_resume_state and self._resumable
         self._saved = self._read_saved_state()
+
+    # ------------------------------------------------------------------ checkpoints, resume
 
     def rng_state(self) -> dict:
         """The sampling generators' states as of the last finished unroll (what a checkpoint
@@ -149,24 +136,7 @@ class Actor:
                 f"actor {self.index}: its envs ({type(self.envs).__name__}) cannot load a saved "
                 "state (they have no save_state/load_state)"
             )
-        current = self._read_resume_state()
-        if set(arrays) != set(current):
-            raise ValueError(
-                f"actor {self.index}: saved state holds {sorted(arrays)}, this actor needs "
-                f"{sorted(current)}"
-            )
-        for name, mine in current.items():
-            saved = arrays[name]
-            if not isinstance(saved, np.ndarray) or saved.dtype != mine.dtype:
-                what = getattr(saved, "dtype", type(saved).__name__)
-                raise ValueError(
-                    f"actor {self.index}: saved '{name}' is {what}, needs {mine.dtype}"
-                )
-            if saved.shape != mine.shape:
-                raise ValueError(
-                    f"actor {self.index}: saved '{name}' has shape {saved.shape}, this actor's is "
-                    f"{mine.shape} (same env and runtime.envs_per_actor needed)"
-                )
+        _check_fit(self.index, arrays, self._read_resume_state())
         env_state = {k.removeprefix("env/"): v for k, v in arrays.items() if k.startswith("env/")}
         try:
             obs = self.envs.load_state(env_state)  # type: ignore[attr-defined]
@@ -209,6 +179,8 @@ class Actor:
             out["core/state"] = self.core.state.copy()
             out["core/starts"] = self.core.starts.copy()
         return out
+
+    # ------------------------------------------------------------------------------ unrolls
 
     def run(
         self,
@@ -261,7 +233,8 @@ class Actor:
         self._saved = self._read_saved_state()
 
     def _unroll_fused(self, r: Rollout, episodes: EpisodeSink) -> None:
-        """The whole unroll in one native call (its time counts as env stepping)."""
+        """The whole unroll in one native call (its time counts as env stepping); the native
+        loop carries the episodes as `_record` does."""
         t0 = time.perf_counter()
         envs = cast(FusedEnvs, self.envs)  # checked when the sampler was made
         with self.store.pin() as snap:
@@ -294,13 +267,7 @@ class Actor:
                 t1 = clock()
                 obs, reward, terminated, truncated, _ = envs.step(self.actions.to_env(a))
                 t2 = clock()
-                r.rewards[t] = reward
-                r.terminated[t] = terminated
-                r.truncated[t] = truncated
-                np.logical_not(self.prev_done, out=r.mask[t])
-                if core is not None:
-                    core.after_step(r.mask[t])
-                self._track_episodes(r.mask[t], reward, terminated | truncated, episodes)
+                self._record(r, t, self._all, reward, terminated, truncated, episodes)
                 self.obs = obs
                 stats.inference_s += t1 - t0
                 stats.env_s += t2 - t1
@@ -344,37 +311,100 @@ class Actor:
         obs, reward, terminated, truncated = half.recv()
         self.stats.env_s += time.perf_counter() - t0
         r.obs[t + 1, cols] = obs
+        self._record(r, t, cols, reward, terminated, truncated, episodes)
+
+    def _record(
+        self,
+        r: Rollout,
+        t: int,
+        cols: slice,
+        reward: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        episodes: EpisodeSink,
+    ) -> None:
+        """Write step ``t`` of the envs ``cols`` into ``r`` and carry their episodes. The step
+        after an episode's end was the env's reset step: masked out (``mask``), and the core
+        starts a new episode's state after it. A valid step adds to its episode's return and
+        length; an episode that ended goes to ``episodes`` as (return, length)."""
         r.rewards[t, cols] = reward
         r.terminated[t, cols] = terminated
         r.truncated[t, cols] = truncated
-        done = terminated | truncated
-        np.logical_not(self.prev_done[cols], out=r.mask[t, cols])
         valid = r.mask[t, cols]
+        np.logical_not(self.prev_done[cols], out=valid)
         if self.core is not None:
             self.core.after_step(valid, cols)
-        self.ep_return[cols] += np.where(valid, reward, 0.0)
-        self.ep_length[cols] += valid
+        done = terminated | truncated
+        ep_return, ep_length = self.ep_return[cols], self.ep_length[cols]  # views
+        ep_return += np.where(valid, reward, 0.0)
+        ep_length += valid
         self.prev_done[cols] = done
         if done.any():
-            k = np.flatnonzero(done) + cols.start
-            rets, lens = self.ep_return[k].tolist(), self.ep_length[k].tolist()
-            episodes.add_many(list(zip(rets, lens, strict=True)))
-            self.ep_return[k] = 0.0
-            self.ep_length[k] = 0
-
-    def _track_episodes(
-        self,
-        valid: np.ndarray,
-        reward: np.ndarray,
-        done: np.ndarray,
-        episodes: EpisodeSink,
-    ) -> None:
-        self.ep_return += np.where(valid, reward, 0.0)
-        self.ep_length += valid
-        self.prev_done = done
-        if done.any():
             k = np.flatnonzero(done)
-            rets, lens = self.ep_return[k].tolist(), self.ep_length[k].tolist()
+            rets, lens = ep_return[k].tolist(), ep_length[k].tolist()
             episodes.add_many(list(zip(rets, lens, strict=True)))
-            self.ep_return[done] = 0.0
-            self.ep_length[done] = 0
+            ep_return[k] = 0.0
+            ep_length[k] = 0
+
+
+def _allocate(
+    index: int,
+    envs: VectorEnv,
+    actions: ActionAdapter,
+    net: Net,
+    unroll_length: int,
+    num_buffers: int,
+) -> list[Rollout]:
+    """Actor ``index``'s ``num_buffers`` rollouts of ``unroll_length`` steps of ``envs``."""
+    obs_space = envs.single_observation_space
+    if obs_space.shape is None:
+        raise ValueError(f"actor {index}: the observation space {obs_space} has no shape")
+    return [
+        Rollout.allocate(
+            unroll_length,
+            envs.num_envs,
+            obs_space.shape,
+            storage_dtype(obs_space),
+            actions.shape,
+            actions.dtype,
+            net.output_size,
+            actor=index,
+            state_size=net.state_size,
+        )
+        for _ in range(num_buffers)
+    ]
+
+
+def _fused_sampler(
+    index: int, envs: VectorEnv, agent: Agent, net: Net, seed: int
+) -> _native.CategoricalSampler | None:
+    """The fused path's sampler, for native envs and an agent that samples the categorical
+    softmax (`Agent.native_sampling`) where the envs can run ``net``; else None."""
+    if not (agent.native_sampling and isinstance(envs, FusedEnvs)):
+        return None
+    try:
+        envs.check_fused(net)
+    except ValueError as e:
+        log.info("actor %d: Python path (%s)", index, e)
+        return None
+    key = np.random.SeedSequence([seed, index, 1 << 21]).generate_state(1)[0]
+    return _native.CategoricalSampler(int(key))
+
+
+def _check_fit(index: int, saved: dict[str, Any], current: dict[str, np.ndarray]) -> None:
+    """ValueError unless ``saved`` holds the arrays ``current`` does, each of its dtype and
+    shape (the message names the first that does not fit)."""
+    if set(saved) != set(current):
+        raise ValueError(
+            f"actor {index}: saved state holds {sorted(saved)}, this actor needs {sorted(current)}"
+        )
+    for name, mine in current.items():
+        array = saved[name]
+        if not isinstance(array, np.ndarray) or array.dtype != mine.dtype:
+            what = getattr(array, "dtype", type(array).__name__)
+            raise ValueError(f"actor {index}: saved '{name}' is {what}, needs {mine.dtype}")
+        if array.shape != mine.shape:
+            raise ValueError(
+                f"actor {index}: saved '{name}' has shape {array.shape}, this actor's is "
+                f"{mine.shape} (same env and runtime.envs_per_actor needed)"
+            )
