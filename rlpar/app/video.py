@@ -25,6 +25,7 @@ import numpy as np
 from rlpar.app.evaluate import load_policy
 from rlpar.runtime.env_setup import run_setup
 from rlpar.runtime.envs import ActionAdapter
+from rlpar.runtime.evaluation import policy_actions
 
 __all__ = ["FORMATS", "VideoResult", "record_video", "write_frames"]
 
@@ -171,14 +172,7 @@ def _play(
         total, done = 0.0, False
         while not done:
             out = net.forward(p.params, np.asarray(obs, dtype)[None], **core)
-            if policy == "greedy":
-                try:
-                    action = agent.greedy(net, out)
-                except NotImplementedError as e:
-                    log.warning("%s: sampling actions instead", e)
-                    policy = "sampled"
-            if policy == "sampled":
-                action = agent.act(net, out, rng)
+            action, policy = policy_actions(agent, net, out, policy, rng)
             obs, reward, terminated, truncated, _ = env.step(adapter.to_env(action)[0])
             frames.append(_frame(env))
             total += float(reward)

@@ -27,7 +27,14 @@ from rlpar.nn import Net
 from rlpar.runtime.envs import ActionAdapter, make_actor_envs
 from rlpar.snapshot import Snapshot, SnapshotStore
 
-__all__ = ["Evaluation", "EvaluationError", "eval_seed", "evaluate_policy", "evaluation_env"]
+__all__ = [
+    "Evaluation",
+    "EvaluationError",
+    "eval_seed",
+    "evaluate_policy",
+    "evaluation_env",
+    "policy_actions",
+]
 
 log = logging.getLogger("rlpar")
 
@@ -141,6 +148,21 @@ def evaluate_policy(
     )
 
 
+def policy_actions(
+    agent: Agent, net: Net, out: np.ndarray, policy: str, rng: np.random.Generator
+) -> tuple[np.ndarray, str]:
+    """(actions [K], the policy that chose them) for the net's outputs ``out`` [K, O]: the
+    agent's greedy actions for ``policy = "greedy"``, falling back to sampling (with a warning,
+    and "sampled" returned, so the caller keeps sampling) when the agent has no greedy policy;
+    sampled actions for "sampled"."""
+    if policy == "greedy":
+        try:
+            return agent.greedy(net, out), policy
+        except NotImplementedError as e:
+            log.warning("%s: sampling actions instead", e)
+    return agent.act(net, out, rng), "sampled"
+
+
 class EvaluationError(RuntimeError):
     """An evaluation failed: its message names the env, its mode and the call that raised
     (the original exception is its ``__cause__``)."""
@@ -195,16 +217,8 @@ def _play(
             return None
         stage[0] = "net.forward"
         out = net.forward(params, np.asarray(obs, dtype), **core)
-        if policy == "greedy":
-            stage[0] = "agent.greedy"
-            try:
-                actions = agent.greedy(net, out)
-            except NotImplementedError as e:
-                log.warning("%s: sampling actions instead", e)
-                policy = "sampled"
-        if policy == "sampled":
-            stage[0] = "agent.act"
-            actions = agent.act(net, out, rng)
+        stage[0] = f"agent.{'greedy' if policy == 'greedy' else 'act'}"
+        actions, policy = policy_actions(agent, net, out, policy, rng)
         stage[0] = "envs.step"
         obs, reward, terminated, truncated, _ = envs.step(adapter.to_env(actions))
         valid = ~prev_done
