@@ -229,12 +229,12 @@ def test_the_whole_path_from_the_command_line(tmp_path: Path) -> None:
 def test_a_layout_that_does_not_fit_the_envs_is_refused_before_any_env_starts(
     monkeypatch, env: EnvConfig, envs_per_actor: int, match: str
 ) -> None:
-    from rlpar.runtime import runner as runner_module
+    from rlpar.runtime import actor as actor_module
 
     def no_envs(*args: Any) -> None:
         raise AssertionError("an env was built before the layout was checked")
 
-    monkeypatch.setattr(runner_module, "make_actor_envs", no_envs)
+    monkeypatch.setattr(actor_module, "make_actor_envs", no_envs)
     agent = rlpar.make_agent("impala")
     with pytest.raises(ConfigError, match=match):
         Runner(agent, env, RuntimeConfig(envs_per_actor=envs_per_actor))

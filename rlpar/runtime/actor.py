@@ -1,4 +1,5 @@
-"""An actor thread: steps its K envs with one batched forward per step, writes rollouts.
+"""An actor thread: steps its K envs with one batched forward per step, writes rollouts; and
+`LocalActors`, the actors of this process (the threads backend, as `RayActors` is Ray's).
 
 One unroll path per kind of env: native envs run the whole unroll in one GIL-free call
 (`_unroll_fused`), a vector env steps from a Python loop (`_unroll_python`), and split envs
@@ -13,7 +14,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, cast
 
 import numpy as np
@@ -21,6 +22,7 @@ from gymnasium.vector import VectorEnv
 
 from rlpar import _native
 from rlpar.agent import Agent
+from rlpar.config import EnvConfig, RuntimeConfig
 from rlpar.data import Rollout
 from rlpar.nn import Net
 from rlpar.runtime.common import (
@@ -32,12 +34,18 @@ from rlpar.runtime.common import (
     queue_put,
 )
 from rlpar.runtime.env_modes import SplitEnvs
-from rlpar.runtime.envs import ActionAdapter, env_seeds, explain_env_error, storage_dtype
+from rlpar.runtime.envs import (
+    ActionAdapter,
+    env_seeds,
+    explain_env_error,
+    make_actor_envs,
+    storage_dtype,
+)
 from rlpar.runtime.gil_meter import ThreadMeter
 from rlpar.runtime.recurrent import CoreState
 from rlpar.snapshot import SnapshotStore
 
-__all__ = ["Actor"]
+__all__ = ["Actor", "LocalActors"]
 
 log = logging.getLogger("rlpar")
 
@@ -345,6 +353,61 @@ class Actor:
             episodes.add_many(list(zip(rets, lens, strict=True)))
             ep_return[k] = 0.0
             ep_length[k] = 0
+
+
+class LocalActors:
+    """The actors of this process, the threads backend's counterpart of `RayActors`:
+    ``LocalActors(env, cfg)`` makes each actor's envs (an unknown id or a bad space fails
+    here, before a net is built for their ``spaces``); `start` builds one `Actor` over each;
+    `close` closes the envs."""
+
+    lost_rollouts = 0  # rollouts lost with a dead actor process: none without processes
+
+    def __init__(self, env: EnvConfig, cfg: RuntimeConfig) -> None:
+        self.cfg = cfg
+        self.envs: list[Any] = []
+        try:
+            for _ in range(cfg.num_actors):
+                self.envs.append(make_actor_envs(env, cfg.envs_per_actor))
+        except BaseException:
+            self.close()
+            raise
+        first = self.envs[0]
+        self.spaces = (first.single_observation_space, first.single_action_space)
+
+    def start(
+        self,
+        agent: Agent,
+        net: Net,
+        store: SnapshotStore,
+        generation: int,
+        keep_resume_state: bool = False,
+    ) -> list[Actor]:
+        """One `Actor` over each actor's envs (their threads are the caller's to start)."""
+        cfg = self.cfg
+        return [
+            Actor(
+                i,
+                envs=envs,
+                agent=agent,
+                net=net,
+                store=store,
+                unroll_length=cfg.unroll_length,
+                num_buffers=cfg.buffers_per_actor,
+                seed=cfg.seed,
+                generation=generation,
+                keep_resume_state=keep_resume_state,
+            )
+            for i, envs in enumerate(self.envs)
+        ]
+
+    def close(self, stuck: Collection[int] = ()) -> None:
+        """Close the envs (idempotent); those of the actors in ``stuck`` (indices: their
+        threads did not stop) are left alone."""
+        for i, envs in enumerate(self.envs):
+            if envs is not None and i not in stuck:
+                envs.close()
+                self.envs[i] = None
 
 
 def _allocate(

@@ -43,7 +43,7 @@ from rlpar.checkpoint import Checkpoint
 from rlpar.config import EnvConfig, EvalConfig, RuntimeConfig, check_env_layout, to_dict
 from rlpar.nn import Net
 from rlpar.parallel import ShardPool
-from rlpar.runtime.actor import Actor
+from rlpar.runtime.actor import LocalActors
 from rlpar.runtime.checkpointing import (
     Checkpointer,
     PeriodicCheckpoint,
@@ -53,7 +53,6 @@ from rlpar.runtime.checkpointing import (
 )
 from rlpar.runtime.common import ActorHandle, RecentLog
 from rlpar.runtime.counters import RunCounters
-from rlpar.runtime.envs import make_actor_envs
 from rlpar.runtime.evaluator import EvalPoint, PeriodicEvaluator, PolicyEvaluator
 from rlpar.runtime.learner import Learner, LearnerHook, LearnerStats, VersionClock
 from rlpar.runtime.reports import GilBoundCheck, Progress, RunResult, gil_shares, measure_progress
@@ -108,8 +107,9 @@ class Runner:
         self.keep_checkpoints = keep_checkpoints
         self.stop = threading.Event()
         self._threads = RunThreads(self.stop)
-        self._envs: list[Any] = []
-        self.ray: RayActors | None = None  # backend "ray": its actor processes
+        self._local: LocalActors | None = None  # the actors' envs, in this process
+        self.actors: list[ActorHandle] = []
+        self.ray: RayActors | None = None  # or backend "ray": its actor processes
         self.resumed_from, resumed = open_resume(resume)
         self._generation = int(resumed.counters.get("generation", 0)) + 1 if resumed else 0
         try:
@@ -126,7 +126,8 @@ class Runner:
         """Envs (or Ray actor processes) -> spaces -> net -> learner state (restored on resume)
         -> snapshot store with the first version -> actors."""
         cfg = self.cfg
-        self.net = Net(self.agent.net_spec(*self._build_envs()))
+        backend = self._start_backend()
+        self.net = Net(self.agent.net_spec(*backend.spaces))
         params = self.net.init_params(seed=cfg.seed)
         self.state: LearnerState = self.agent.init_state(self.net, params)
         if resumed is not None and self.resumed_from is not None:
@@ -138,30 +139,21 @@ class Runner:
         self.store = SnapshotStore(self.net.num_params, num_slots=min(255, pins + 3))
         self.store.publish(self.state.params, version=self.state.steps + 1)
         keep = self.checkpoint_dir is not None  # the actors' episodes go into checkpoints
-        self.actors: list[ActorHandle] = []
-        if self.ray is not None:
-            started = self.ray.start(
+        self.actors.extend(
+            backend.start(
                 self.agent, self.net, self.store, self._generation, keep_resume_state=keep
             )
-            self.actors.extend(started)
-        else:
-            self.actors.extend(
-                _local_actors(
-                    self._envs, self.agent, self.net, self.store, cfg, self._generation, keep
-                )
-            )
+        )
 
-    def _build_envs(self) -> tuple[Any, Any]:
-        """Each actor's envs (or the Ray actor processes); (observation, action) space."""
-        cfg = self.cfg
-        if cfg.backend == "ray":
-            from rlpar.runtime.ray_backend import RayActors  # Ray is an optional dependency
+    def _start_backend(self) -> LocalActors | RayActors:
+        """The actors' envs: in this process, or in Ray actor processes (backend "ray")."""
+        if self.cfg.backend != "ray":
+            self._local = LocalActors(self.env_cfg, self.cfg)
+            return self._local
+        from rlpar.runtime.ray_backend import RayActors  # Ray is an optional dependency
 
-            self.ray = RayActors(self.env_cfg, cfg)
-            return self.ray.spaces
-        for _ in range(cfg.num_actors):
-            self._envs.append(make_actor_envs(self.env_cfg, cfg.envs_per_actor))
-        return self._envs[0].single_observation_space, self._envs[0].single_action_space
+        self.ray = RayActors(self.env_cfg, self.cfg)
+        return self.ray
 
     def _build_learner(self, resumed_counters: dict[str, Any]) -> None:
         """The counters, the queue and the learner, and the pieces that read them: the stop
@@ -374,11 +366,9 @@ class Runner:
 
     def close(self) -> None:
         """Close the envs (idempotent); envs of a stuck actor are left alone."""
-        stuck = self._threads.alive()
-        for i, envs in enumerate(self._envs):
-            if envs is not None and f"rlpar-actor-{i}" not in stuck:
-                envs.close()
-                self._envs[i] = None
+        if self._local is not None:
+            alive = self._threads.alive()
+            self._local.close({a.index for a in self.actors if _thread_name(a) in alive})
         if self.ray is not None:
             self.ray.close()
 
@@ -396,7 +386,7 @@ class Runner:
         for actor in self.actors:
             body = _bind(actor.run, self.stop, self.queue, self.episodes, wait, per_version)
             name = f"actor-{actor.index} (env {self.env_cfg.id})"
-            threads.add(name, f"rlpar-actor-{actor.index}", body)
+            threads.add(name, _thread_name(actor), body)
         threads.add(
             "learner", "rlpar-learner", _bind(self.learner.run, self.stop, self.queue, hooks)
         )
@@ -455,28 +445,5 @@ def _learner(
     )
 
 
-def _local_actors(
-    envs: list[Any],
-    agent: Agent,
-    net: Net,
-    store: SnapshotStore,
-    cfg: RuntimeConfig,
-    generation: int,
-    keep_resume_state: bool,
-) -> list[Actor]:
-    """One `Actor` over each of ``envs`` (the actor threads of this process)."""
-    return [
-        Actor(
-            i,
-            envs=actor_envs,
-            agent=agent,
-            net=net,
-            store=store,
-            unroll_length=cfg.unroll_length,
-            num_buffers=cfg.buffers_per_actor,
-            seed=cfg.seed,
-            generation=generation,
-            keep_resume_state=keep_resume_state,
-        )
-        for i, actor_envs in enumerate(envs)
-    ]
+def _thread_name(actor: ActorHandle) -> str:
+    return f"rlpar-actor-{actor.index}"
