@@ -112,20 +112,22 @@ class PolicyEvaluator:
 
 
 class PeriodicEvaluator:
-    """The evaluator thread: every ``every`` env steps (``env_steps()``, the run's count), pin
-    the newest snapshot of ``store`` and evaluate it (`PolicyEvaluator.point`), appending an
-    `EvalPoint` to ``points``. The learner never waits for it."""
+    """The evaluator thread: every ``interval_env_steps`` env steps (``env_steps()``, the
+    run's count), pin the newest snapshot of ``store`` and evaluate it
+    (`PolicyEvaluator.point`), appending an `EvalPoint` to ``points``. The learner never waits
+    for it."""
 
     def __init__(
         self,
         evaluator: PolicyEvaluator,
         store: SnapshotStore,
         env_steps: Callable[[], int],
-        every: int,
         points: RecentLog[EvalPoint],
     ) -> None:
+        if evaluator.cfg.interval_env_steps is None:
+            raise ValueError("PeriodicEvaluator: the EvalConfig has no interval_env_steps")
         self.evaluator, self.store, self.env_steps = evaluator, store, env_steps
-        self.every, self.points = every, points
+        self.every, self.points = evaluator.cfg.interval_env_steps, points
 
     def run(self, stop: threading.Event) -> None:
         """Evaluate until ``stop`` is set; the first point is the policy the run starts with."""

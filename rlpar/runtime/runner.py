@@ -119,7 +119,7 @@ class Runner:
             raise
         if resumed is not None:
             restore_actors(self.actors, resumed)
-        self._build_learner(resumed.counters if resumed else {})
+        self._build_pieces(resumed.counters if resumed else {})
         self._ran = False
 
     def _build_net_and_actors(self, resumed: Checkpoint | None) -> None:
@@ -155,7 +155,7 @@ class Runner:
         self.ray = RayActors(self.env_cfg, self.cfg)
         return self.ray
 
-    def _build_learner(self, resumed_counters: dict[str, Any]) -> None:
+    def _build_pieces(self, resumed_counters: dict[str, Any]) -> None:
         """The counters, the queue and the learner, and the pieces that read them: the stop
         verdict, checkpoints, evaluations, the GIL check."""
         cfg = self.cfg
@@ -181,16 +181,14 @@ class Runner:
         # interval_env_steps the evaluator thread's body.
         self._evaluator: PolicyEvaluator | None = None
         self._periodic: PeriodicEvaluator | None = None
-        ecfg = self.eval_cfg
-        if ecfg is not None:
+        if self.eval_cfg is not None:
             self._evaluator = PolicyEvaluator(
-                self.agent, self.net, self.env_cfg, ecfg, cfg.seed, self._generation
+                self.agent, self.net, self.env_cfg, self.eval_cfg, cfg.seed, self._generation
             )
-        if self._evaluator is not None and ecfg is not None and ecfg.interval_env_steps is not None:
-            every, steps = ecfg.interval_env_steps, self.counters.env_steps
-            self._periodic = PeriodicEvaluator(
-                self._evaluator, self.store, steps, every, self.evaluations
-            )
+            if self.eval_cfg.interval_env_steps is not None:
+                self._periodic = PeriodicEvaluator(
+                    self._evaluator, self.store, self.counters.env_steps, self.evaluations
+                )
         self._gil_check = GilBoundCheck(self.env_cfg, self.actors)
 
     @property
