@@ -3,18 +3,21 @@
 Control flow, top to bottom in `Runner.run`: start threads (actors, learner, and with an
 `EvalConfig` whose ``interval_env_steps`` is set, the evaluator) -> the main thread waits and
 checks (errors, signals, the stop rules: step budget, target return, wall clock; the progress
-callback) -> stop flag -> bounded joins -> final checkpoint -> final evaluation -> re-raise the
-first thread error, if any.
+callback) -> stop flag -> bounded joins -> the first thread error, if any, re-raised (after a
+final checkpoint, unless the learner failed) -> final checkpoint -> final evaluation.
 
 Each piece is built with what it needs and none calls back into the Runner:
 
+- `rlpar.runtime.actor.LocalActors` (or `rlpar.runtime.ray_backend.RayActors`): the actors
+  and their envs;
 - `rlpar.runtime.stop_rules`: when the run stops (each rule, the thread that applies it, the
   order);
 - `rlpar.runtime.evaluator`: the evaluator thread, and the target checks' and final
   evaluations;
 - `rlpar.runtime.checkpointing`: writing checkpoints, and what a resume puts back;
 - `rlpar.runtime.counters`: env steps and episodes, continued across resumes;
-- `rlpar.runtime.reports`: `Progress`, `RunResult` and the GIL report.
+- `rlpar.runtime.reports`: `Progress`, `RunResult` and the GIL report;
+- `rlpar.runtime.threads`: the guarded threads, their bounded joins, SIGINT/SIGTERM.
 
 Between two steps the learner thread runs an explicit list of hooks (`Runner._rules_and_hooks`
 gives them and their order): its stop rules, the target check, the interval checkpoint.
