@@ -4,6 +4,7 @@ deterministic mode), faults that stop the run, and no worker process left behind
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 import gymnasium as gym
@@ -200,6 +201,8 @@ def test_a_missing_engine_names_the_extra(monkeypatch, mode, extra) -> None:
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_engines)
+    for name in ("ale_py", "ale_py.vector_env", "ale_py.roms", "envpool"):
+        monkeypatch.setitem(sys.modules, name, None)  # imported earlier: a None entry refuses
     with pytest.raises(ValueError, match=rf'vectorization = "{mode}" needs .*rlpar\[{extra}\]'):
         make_actor_envs(EnvConfig("ALE/Pong-v5", vectorization=mode), 2)
 

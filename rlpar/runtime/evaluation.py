@@ -184,11 +184,12 @@ def _play(
     greedy: bool,
     seed: int,
     stop: threading.Event | None,
-    stage: list[str],
+    stage: list[str] | None = None,
 ) -> tuple[list[float], list[int], str] | None:
     """Step all K envs together until each has finished its quota of episodes (None: ``stop``
     was set first). The envs autoreset on the step after an episode ends (that step's reward
     is not the episode's). ``stage[0]`` names the call in progress, for the error message."""
+    stage = stage if stage is not None else [""]
     k = envs.num_envs
     quota = np.array([episodes // k + (i < episodes % k) for i in range(k)])
     finished = np.zeros(k, np.int64)
