@@ -201,8 +201,22 @@ class Actor:
         """Unroll until ``stop`` is set. In deterministic mode ``wait_for_version(v)`` blocks
         until version ``v`` is published (False when stopping), and the actor makes exactly
         ``rollouts_per_version`` rollouts from each version."""
-        version = 1
         meter = ThreadMeter()
+        try:
+            self._run(stop, out_queue, episodes, wait_for_version, rollouts_per_version, meter)
+        finally:
+            self.stats.gil = meter.read()  # the whole loop, however it ended
+
+    def _run(
+        self,
+        stop: threading.Event,
+        out_queue: queue.Queue[Rollout],
+        episodes: EpisodeLog,
+        wait_for_version: Callable[[int], bool] | None,
+        rollouts_per_version: int,
+        meter: ThreadMeter,
+    ) -> None:
+        version = 1
         while not stop.is_set():
             if wait_for_version is not None and not wait_for_version(version):
                 return
@@ -222,7 +236,8 @@ class Actor:
                 if not queue_put(out_queue, rollout, stop):
                     return
                 self.stats.queue_wait_s += time.perf_counter() - t0
-                self.stats.gil = meter.read()
+                if (gil := meter.poll()) is not None:
+                    self.stats.gil = gil
             version += 1
 
     def unroll(self, r: Rollout, episodes: EpisodeSink) -> None:

@@ -115,16 +115,20 @@ class Learner:
         ``stop``, the later hooks of that round are skipped: the run is ending, and whoever
         runs it writes the final checkpoint after this thread returns."""
         meter = ThreadMeter()
-        while not stop.is_set():
-            rollouts = self._gather(stop, in_queue)
-            if rollouts is None:
-                return
-            self.step(rollouts)
-            for hook in hooks:
-                if stop.is_set():
-                    break
-                hook()
-            self.stats.gil = meter.read()
+        try:
+            while not stop.is_set():
+                rollouts = self._gather(stop, in_queue)
+                if rollouts is None:
+                    return
+                self.step(rollouts)
+                for hook in hooks:
+                    if stop.is_set():
+                        break
+                    hook()
+                if (gil := meter.poll()) is not None:
+                    self.stats.gil = gil
+        finally:
+            self.stats.gil = meter.read()  # the whole loop, however it ended
 
     def step(self, rollouts: list[Rollout]) -> dict[str, float]:
         """One learner step on exactly these rollouts; hands their buffers back to the actors."""
