@@ -179,3 +179,16 @@ def test_bad_seed_options_are_one_line_errors(tmp_path: Path) -> None:
         )  # fmt: skip
         assert proc.returncode == 2, proc.stderr
         assert said in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_run_dir_refuses_a_folder_that_exists(tmp_path: Path) -> None:
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    config = str(ROOT / "experiments" / "cartpole_impala.toml")
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlpar", "train", config, "--run-dir", str(taken)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "--run-dir: expected a directory that does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr and not list(taken.iterdir())

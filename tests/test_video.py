@@ -146,3 +146,10 @@ def test_bad_video_requests_are_one_line_errors_and_write_nothing(tmp_path: Path
         assert proc.returncode == 1, proc.stderr
         assert said in proc.stderr and "Traceback" not in proc.stderr
     assert not list(tmp_path.glob("*.gif")) and not list(tmp_path.glob(".*tmp*"))
+
+
+def test_a_bad_frame_rate_is_refused_before_anything_plays(tmp_path: Path) -> None:
+    run_dir = trained(tmp_path, "Slide-v0")
+    proc = cli(tmp_path, "eval", str(run_dir), "--video", str(tmp_path / "x.gif"), "--fps", "0")
+    assert proc.returncode == 2 and "--fps: expected an integer >= 1, got 0" in proc.stderr
+    assert not list(tmp_path.glob("*.gif"))
