@@ -8,7 +8,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CategoricalSampler', 'Net', 'Snapshot', 'SnapshotStore', 'Tape', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_meter', 'gil_release_threshold', 'global_norm', 'native_env_names', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
+__all__: list[str] = ['CategoricalSampler', 'Net', 'Snapshot', 'SnapshotStore', 'StepLoop', 'Tape', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_meter', 'gil_release_threshold', 'global_norm', 'native_env_names', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
 def amx_available() -> bool:
     """
     True when this CPU and OS run Intel AMX-BF16 tiles, which LSTM(matmul='bf16x3') needs.
@@ -219,6 +219,40 @@ class CategoricalSampler:
         """
     @state.setter
     def state(self, arg1: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(4)"]) -> None:
+        ...
+class StepLoop:
+    """
+    One actor's step loop over envs that step in Python: between two env steps, one call writes the step's results into the rollout, carries the episodes, runs the forward (GIL released above the work threshold) and, with a sampler, draws the next actions (rlpar/unroll.h). One loop per actor thread; calls from two threads at once raise.
+    """
+    def __init__(self, net: Net, num_envs: typing.SupportsInt | typing.SupportsIndex, sampler: CategoricalSampler | None = None) -> None:
+        """
+        sampler: a CategoricalSampler drawing actions[t] from the net's one Categorical head, or None (the caller writes rollout.actions[t] after each act/step).
+        """
+    def act(self, t: typing.SupportsInt | typing.SupportsIndex, obs: typing.Any = None, begin: typing.SupportsInt | typing.SupportsIndex = 0, end: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
+        """
+        Store obs [n, ...] (None: already stored) as obs[t] of envs [begin, end) (end -1: K) and act step t on them: behaviour[t] and, with a sampler, actions[t].
+        """
+    def begin(self, params: typing.Any, rollout: typing.Any, prev_done: typing.Any, ep_return: typing.Any, ep_length: typing.Any, state: typing.Any = None, starts: typing.Any = None) -> int:
+        """
+        Bind one unroll: params (a Snapshot or float32 [num_params], kept pinned until end), the rollout (an rlpar.Rollout: obs [T+1, K, ...] of the net's input dtype, actions int64 [T, K] with a sampler, rewards float32, terminated / truncated / mask bool [T, K], behaviour float32 [T, K, output_size], core_state), the episodes carried (prev_done bool [K], ep_return float64 [K], ep_length int64 [K], updated in place) and a recurrent net's state float32 [K, state_size] and starts bool [K] (their pending starts are applied and the state stored in rollout.core_state). Returns the params' version (0 for an array).
+        """
+    def end(self) -> tuple[list[tuple[float, int]], float]:
+        """
+        Unbind the unroll. Returns ([(return, length) of each episode that ended], seconds spent inside this loop's calls since begin).
+        """
+    def record(self, t: typing.SupportsInt | typing.SupportsIndex, obs: typing.Any, reward: typing.Any, terminated: typing.Any, truncated: typing.Any, begin: typing.SupportsInt | typing.SupportsIndex = 0, end: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
+        """
+        Write the envs' results of step t ([n] each; any number or bool dtype, cast) and their next observations obs[t + 1], and carry their episodes.
+        """
+    def step(self, t: typing.SupportsInt | typing.SupportsIndex, obs: typing.Any, reward: typing.Any, terminated: typing.Any, truncated: typing.Any, begin: typing.SupportsInt | typing.SupportsIndex = 0, end: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
+        """
+        record(t - 1, ...) then act(t): one call between env steps.
+        """
+    @property
+    def bound(self) -> bool:
+        ...
+    @property
+    def num_envs(self) -> int:
         ...
 def _stop_releasing_gil(timeout_s: typing.SupportsFloat | typing.SupportsIndex = 5.0) -> None:
     ...

@@ -93,14 +93,14 @@ class Agent(abc.ABC):
     """Base class of every agent, built-in or the user's (see the module docstring)."""
 
     #: A promise about `act`: True when it does nothing but draw each env's action from the
-    #: softmax of the net's Categorical logits (no temperature, epsilon or masking). On rlpar's
-    #: native envs (``rlpar/...`` ids), with a net of exactly one Categorical head (one logit
-    #: per action; a value head beside it is fine), the runtime may then skip `act` and run a
-    #: whole unroll natively: forward, sampling (its own generator, seeded per actor) and env
-    #: steps in one GIL-free call. Elsewhere `act` is called as usual. Leave it False if `act`
-    #: does anything else: the fused path would sample differently without a word. A property
-    #: or a per-instance attribute works too (the built-in agents set it when the action space
-    #: is Discrete).
+    #: softmax of the net's Categorical logits (no temperature, epsilon or masking). With a net
+    #: of exactly one Categorical head (one logit per action; a value head beside it is fine),
+    #: the actors then skip `act` and draw natively (their own generator, seeded per actor):
+    #: on rlpar's native envs (``rlpar/...`` ids) a whole unroll runs in one GIL-free call,
+    #: elsewhere the step loop samples inside its one call per env step. Leave it False if
+    #: `act` does anything else: the actors would sample differently without a word. A
+    #: property or a per-instance attribute works too (the built-in agents set it when the
+    #: action space is Discrete). `act` still serves evaluation with ``--sample``.
     native_sampling: bool = False
 
     @abc.abstractmethod

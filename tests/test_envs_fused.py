@@ -183,7 +183,7 @@ def test_fused_unroll_errors():
         ValueError, match=r"float32 inputs \(6,\), CartPole-v1 gives float32 observations \(4,\)"
     ):
         envs.fused_unroll(wide, wide.init_params(0), sampler, r, ret, length)
-    with pytest.raises(ValueError, match="contiguous flat float32 vector of"):
+    with pytest.raises(ValueError, match="params must be a flat float32 vector of"):
         envs.fused_unroll(net, params[:-1], sampler, r, ret, length)
     with pytest.raises(TypeError, match="params must be a Snapshot or a float32 array"):
         envs.fused_unroll(net, params.tolist(), sampler, r, ret, length)

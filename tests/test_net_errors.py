@@ -137,7 +137,9 @@ def test_params_wrong_size(net, params, obs) -> None:
 
 
 def test_params_wrong_dtype(net, params, obs) -> None:
-    with pytest.raises(TypeError, match=lit("params must be float32, got float64")):
+    with pytest.raises(
+        TypeError, match=lit("params must be a Snapshot or a float32 array, got dtype float64")
+    ):
         net.forward(params.astype(np.float64), obs)
 
 

@@ -53,11 +53,12 @@ def test_fused_and_python_paths_learn_the_same_bits() -> None:
     assert fused.episodes.count == python.episodes.count > 0
 
 
-def test_gymnasium_envs_keep_the_python_path() -> None:
+def test_gymnasium_envs_take_the_step_loop_with_the_native_sampler() -> None:
     runner = rlpar.Runner(
         rlpar.make_agent("impala"), EnvConfig("CartPole-v1"), RuntimeConfig(num_actors=1)
     )
-    assert runner.actors[0].sampler is None
+    actor = runner.actors[0]
+    assert not actor.fused and actor.loop is not None and actor.sampler is not None
     runner.close()
 
 

@@ -8,5 +8,6 @@ namespace rlpar_py {
 void bind_net(pybind11::module_& m);     // net.cc: Net, Tape
 void bind_optim(pybind11::module_& m);   // optim.cc: optimizers, gradient norms
 void bind_losses(pybind11::module_& m);  // losses.cc: actor-critic losses
+void bind_step_loop(pybind11::module_& m);  // step_loop.cc: StepLoop (envs stepped in Python)
 
 }  // namespace rlpar_py

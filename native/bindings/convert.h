@@ -7,12 +7,14 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "gil.h"
 #include "rlpar/net.h"
+#include "snapshot_py.h"
 
 namespace rlpar_py {
 
@@ -133,6 +135,41 @@ inline float* writable_flat(py::handle obj, int64_t n, const char* what) {
 
 inline const float* readonly_flat(py::handle obj, int64_t n, const char* what) {
   return flat_f32(obj, n, what, false);
+}
+
+// A call's parameters: a pinned Snapshot (its version is the call's) or a flat, contiguous
+// float32 array of net.num_params() values (version 0). The one check of that argument for every
+// binding; the ref keeps what `data` points into alive for as long as it lives.
+struct ParamsRef {
+  const float* data = nullptr;
+  uint64_t version = 0;
+  std::shared_ptr<SharedPin> pin;  // keeps the snapshot pinned
+  py::array array;                 // or keeps the parameter array alive
+};
+
+inline ParamsRef params_ref(const rlpar::Net& net, py::handle obj) {
+  ParamsRef p;
+  if (py::isinstance<PySnapshot>(obj)) {
+    p.pin = obj.cast<const PySnapshot&>().pin;
+    if (!p.pin) throw py::value_error("params: this snapshot was released");
+    if (static_cast<int64_t>(p.pin->pin.size()) != net.num_params()) {
+      throw py::value_error("params: the snapshot holds " + std::to_string(p.pin->pin.size()) +
+                            " values, the net expects " + std::to_string(net.num_params()));
+    }
+    p.data = p.pin->pin.data();
+    p.version = p.pin->pin.version();
+    return p;
+  }
+  if (!py::isinstance<py::array>(obj) && !PyObject_CheckBuffer(obj.ptr())) {
+    throw py::type_error("params must be a Snapshot or a float32 array, got " + type_name(obj));
+  }
+  p.array = as_array(obj, "params");
+  if (!same_dtype<float>(p.array)) {
+    throw py::type_error("params must be a Snapshot or a float32 array, got dtype " +
+                         dtype_str(p.array) + " (convert with .astype(np.float32))");
+  }
+  p.data = readonly_flat(p.array, net.num_params(), "params");
+  return p;
 }
 
 }  // namespace rlpar_py

@@ -159,40 +159,6 @@ py::tuple do_step(VecEnv& envs, py::handle actions, py::handle release_gil) {
 // ---------------------------------------------------------------------------------------------
 // Fused unroll
 
-// params: a pinned Snapshot (its version is the unroll's) or a flat float32 array (version 0).
-struct UnrollParams {
-  const float* data = nullptr;
-  uint64_t version = 0;
-  std::shared_ptr<SharedPin> pin;  // keeps the snapshot pinned for the call
-  py::array array;                 // or keeps the parameter array alive
-};
-
-UnrollParams unroll_params(const Net& net, py::handle obj) {
-  UnrollParams p;
-  if (py::isinstance<PySnapshot>(obj)) {
-    p.pin = obj.cast<const PySnapshot&>().pin;
-    if (!p.pin) throw py::value_error("params: this snapshot was released");
-    if (static_cast<int64_t>(p.pin->pin.size()) != net.num_params()) {
-      throw py::value_error("params: the snapshot holds " + std::to_string(p.pin->pin.size()) +
-                            " values, the net expects " + std::to_string(net.num_params()));
-    }
-    p.data = p.pin->pin.data();
-    p.version = p.pin->pin.version();
-    return p;
-  }
-  p.array = as_array(obj, "params", true);
-  const py::array& a = p.array;
-  if (!rlpar_py::same_dtype<float>(a)) {
-    throw py::type_error("params must be a Snapshot or a float32 array, got dtype " + dtype_str(a));
-  }
-  if (a.ndim() != 1 || a.shape(0) != net.num_params() || !(a.flags() & py::array::c_style)) {
-    throw py::value_error("params must be a contiguous flat float32 vector of " +
-                          std::to_string(net.num_params()) + " values, got shape " + shape_str(a));
-  }
-  p.data = static_cast<const float*>(a.data());
-  return p;
-}
-
 py::tuple do_unroll(VecEnv& envs, const std::shared_ptr<Net>& net, py::handle params,
                     CategoricalSampler& sampler, py::handle obs, py::handle actions,
                     py::handle rewards, py::handle terminated, py::handle truncated,
@@ -242,7 +208,7 @@ py::tuple do_unroll(VecEnv& envs, const std::shared_ptr<Net>& net, py::handle pa
     throw py::value_error(
         "state, starts and core_state are for a recurrent net; this net is feed-forward");
   }
-  UnrollParams p = unroll_params(*net, params);
+  const ParamsRef p = params_ref(*net, params);
   std::vector<rlpar::EpisodeEnd> ends;
   {
     const double flops = static_cast<double>(t) * static_cast<double>(k) *

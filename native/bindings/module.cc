@@ -60,5 +60,6 @@ PYBIND11_MODULE(_native, m) {
   rlpar_py::bind_snapshot(m);
   rlpar_py::bind_envs(m);
   rlpar_py::bind_losses(m);
+  rlpar_py::bind_step_loop(m);
   py::module_::import("atexit").attr("register")(m.attr("_stop_releasing_gil"));
 }

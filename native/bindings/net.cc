@@ -43,17 +43,7 @@ std::string expected_batch_shape(const Shape& sample) {
 
 // params: a flat float32 vector, or a pinned Snapshot (read in place, kept alive by the caller).
 const float* flat_params(const Net& net, py::handle obj) {
-  if (py::isinstance<PySnapshot>(obj)) {
-    const auto& snap = obj.cast<const PySnapshot&>();
-    if (!snap.pin) throw py::value_error("params: this snapshot was released");
-    const rlpar::Pin& pin = snap.pin->pin;
-    if (static_cast<int64_t>(pin.size()) != net.num_params()) {
-      throw py::value_error("params: the snapshot holds " + std::to_string(pin.size()) +
-                            " values, the net expects " + std::to_string(net.num_params()));
-    }
-    return pin.data();
-  }
-  return readonly_flat(obj, net.num_params(), "params");
+  return params_ref(net, obj).data;  // the caller's `obj` keeps the data alive
 }
 
 // Observations: [B, *input_shape] of the net's input dtype; non-contiguous arrays are copied.

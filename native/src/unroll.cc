@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -60,8 +61,7 @@ void CategoricalSampler::sample(const float* logits, int64_t batch, int64_t stri
   }
 }
 
-LogitsSlice check_unroll_net(const Net& net, const VecEnv& envs) {
-  const EnvSpec& spec = envs.spec();
+LogitsSlice categorical_logits(const Net& net) {
   LogitsSlice slice;
   int found = 0;
   for (const OutputInfo& o : net.outputs()) {
@@ -72,9 +72,15 @@ LogitsSlice check_unroll_net(const Net& net, const VecEnv& envs) {
     }
   }
   if (found != 1) {
-    throw std::invalid_argument("the fused unroll needs a net with exactly one Categorical head, "
+    throw std::invalid_argument("native sampling needs a net with exactly one Categorical head, "
                                 "this one has " + std::to_string(found));
   }
+  return slice;
+}
+
+LogitsSlice check_unroll_net(const Net& net, const VecEnv& envs) {
+  const EnvSpec& spec = envs.spec();
+  const LogitsSlice slice = categorical_logits(net);
   if (slice.size != spec.num_actions) {
     throw std::invalid_argument("the net's Categorical head has " + std::to_string(slice.size) +
                                 " logits, " + spec.name + " has " +
@@ -87,6 +93,64 @@ LogitsSlice check_unroll_net(const Net& net, const VecEnv& envs) {
         (spec.obs_uint8 ? "uint8" : "float32") + " observations " + shape_str(spec.obs_shape));
   }
   return slice;
+}
+
+void begin_core(const UnrollArrays& a, int64_t num_envs, int64_t state_size) {
+  for (int64_t i = 0; i < num_envs; ++i) {
+    if (a.starts[i]) std::fill_n(a.state + i * state_size, state_size, 0.0f);
+    a.starts[i] = false;
+  }
+  std::copy_n(a.state, num_envs * state_size, a.core_state);
+}
+
+void act_rows(const Net& net, const float* params, const UnrollArrays& a, int64_t num_envs,
+              int64_t t, int64_t begin, int64_t end, CategoricalSampler* sampler,
+              const LogitsSlice& logits, const PackedCore* packed_core) {
+  const int64_t rows = end - begin;
+  const int64_t first = t * num_envs + begin;
+  const int64_t out_size = net.output_size();
+  const int64_t obs_bytes = net.input_size() * (net.spec().input_uint8 ? 1 : 4);
+  const char* obs = static_cast<const char*>(a.obs) + first * obs_bytes;
+  float* out = a.behaviour + first * out_size;
+  if (net.recurrent()) {
+    float* state = a.state + begin * net.state_size();
+    SeqArgs seq;
+    seq.steps = 1;
+    seq.seqs = rows;
+    seq.state0 = state;
+    // starts is bool [K]: one byte per env holding 0 or 1, as resets are read.
+    seq.resets = reinterpret_cast<const uint8_t*>(a.starts + begin);
+    seq.state_out = state;
+    seq.packed_core = packed_core;
+    net.forward_seq(params, obs, seq, out);
+  } else {
+    net.forward(params, obs, rows, out);
+  }
+  if (sampler != nullptr) {
+    sampler->sample(out, rows, out_size, logits.offset, logits.size, a.actions + first);
+  }
+}
+
+void record_rows(const UnrollArrays& a, int64_t num_envs, int64_t t, int64_t begin, int64_t end,
+                 const EpisodeCarry& carry, bool* starts, std::vector<EpisodeEnd>& ends,
+                 const double* raw_rewards) {
+  const int64_t tk = t * num_envs;
+  for (int64_t i = begin; i < end; ++i) {
+    const bool valid = !carry.prev_done[i];
+    const bool done = a.terminated[tk + i] || a.truncated[tk + i];
+    a.mask[tk + i] = valid;
+    if (valid) {
+      carry.ep_return[i] += raw_rewards ? raw_rewards[i - begin] : a.rewards[tk + i];
+      carry.ep_length[i] += 1;
+    }
+    if (done) {
+      ends.push_back(EpisodeEnd{i, t, carry.ep_return[i], carry.ep_length[i]});
+      carry.ep_return[i] = 0;
+      carry.ep_length[i] = 0;
+    }
+    carry.prev_done[i] = done;
+    if (starts != nullptr) starts[i] = !valid;
+  }
 }
 
 std::vector<EpisodeEnd> unroll(const Net& net, const float* params, VecEnv& envs,
@@ -103,18 +167,7 @@ std::vector<EpisodeEnd> unroll(const Net& net, const float* params, VecEnv& envs
                                 "starts and core_state arrays");
   }
   const int64_t k = envs.num_envs();
-  const int64_t out_size = net.output_size();
-  const int64_t state_size = net.state_size();
-  // The episode starts of the step being acted, as the net's resets: zero at step 0, since the
-  // pending starts are applied to the state before it is stored as the unroll's start state.
-  std::vector<uint8_t> resets(recurrent ? k : 0, 0);
-  if (recurrent) {
-    for (int64_t i = 0; i < k; ++i) {
-      if (a.starts[i]) std::fill_n(a.state + i * state_size, state_size, 0.0f);
-      a.starts[i] = false;
-    }
-    std::copy_n(a.state, k * state_size, a.core_state);
-  }
+  if (recurrent) begin_core(a, k, net.state_size());
   std::shared_ptr<const PackedCore> own_packed;
   if (net.spec().lstm_bf16x3 && packed_core == nullptr) {
     own_packed = net.pack_core(params);
@@ -122,45 +175,18 @@ std::vector<EpisodeEnd> unroll(const Net& net, const float* params, VecEnv& envs
   }
   const int64_t obs_bytes = envs.spec().obs_size() * (envs.spec().obs_uint8 ? 1 : 4);
   char* obs = static_cast<char*>(a.obs);
-  std::vector<bool> prev_done(k);
+  std::unique_ptr<bool[]> prev_done(new bool[k]);
   for (int64_t i = 0; i < k; ++i) prev_done[i] = envs.needs_reset(i);
+  const EpisodeCarry carry{prev_done.get(), ep_return, ep_length};
   std::vector<EpisodeEnd> ends;
 
   envs.observe(obs);
   for (int64_t t = 0; t < a.steps; ++t) {
     const int64_t tk = t * k;
-    float* out = a.behaviour + tk * out_size;
-    if (recurrent) {
-      SeqArgs seq;
-      seq.steps = 1;
-      seq.seqs = k;
-      seq.state0 = a.state;
-      seq.resets = resets.data();
-      seq.state_out = a.state;
-      seq.packed_core = packed_core;
-      net.forward_seq(params, obs + tk * obs_bytes, seq, out);
-    } else {
-      net.forward(params, obs + tk * obs_bytes, k, out);
-    }
-    sampler.sample(out, k, out_size, logits.offset, logits.size, a.actions + tk);
+    act_rows(net, params, a, k, t, 0, k, &sampler, logits, packed_core);
     envs.step(a.actions + tk, obs + (tk + k) * obs_bytes, a.rewards + tk, a.terminated + tk,
               a.truncated + tk);
-    for (int64_t i = 0; i < k; ++i) {
-      const bool valid = !prev_done[i];
-      const bool done = a.terminated[tk + i] || a.truncated[tk + i];
-      a.mask[tk + i] = valid;
-      if (valid) {
-        ep_return[i] += a.rewards[tk + i];
-        ep_length[i] += 1;
-      }
-      if (done) {
-        ends.push_back(EpisodeEnd{i, t, ep_return[i], ep_length[i]});
-        ep_return[i] = 0;
-        ep_length[i] = 0;
-      }
-      prev_done[i] = done;
-      if (recurrent) resets[i] = a.starts[i] = !valid;
-    }
+    record_rows(a, k, t, 0, k, carry, recurrent ? a.starts : nullptr, ends);
   }
   return ends;
 }

@@ -7,10 +7,11 @@ Two measurements on K = 64 CartPoles:
   ``CartPole-v1``, and EnvPool's when ``import envpool`` works (never a dependency).
 - ``actor_loop``: 1 and 2 Python threads, each an actor with its own 64 envs, an mlp policy
   (4-64-64-(2+1)) on a pinned snapshot, categorical sampling and preallocated rollouts of 20
-  steps, reporting env steps/s of all threads together. ``python_env``: rlpar's Python actor
-  loop (`rlpar.runtime.actor.Actor.unroll`) on gymnasium's CartPole; ``native_env``: the same
-  loop on rlpar's native CartPole; ``native_fused``: the fused native unroll
-  (``NativeVectorEnv.fused_unroll``: one call per rollout, GIL released).
+  steps, reporting env steps/s of all threads together. ``python_env``: rlpar's actor step
+  loop (`rlpar.runtime.actor.Actor.unroll`: one native call between two env steps) on
+  gymnasium's CartPole; ``native_env``: the same loop on rlpar's native CartPole;
+  ``native_fused``: the fused native unroll (``NativeVectorEnv.fused_unroll``: one call per
+  rollout, GIL released).
 
 Configurations take turns, repeat after repeat, and every value is the median of the repeats.
 """
@@ -119,6 +120,9 @@ class _Worker:
     def __init__(self, kind: str, index: int, net: rlpar.Net, store: rlpar.SnapshotStore) -> None:
         env_id = "CartPole-v1" if kind == "python_env" else "rlpar/CartPole-v1"
         self.envs = gym.make_vec(env_id, num_envs=NUM_ENVS)
+        if kind == "native_env":
+            # A plain wrapper hides fused_unroll: the actor takes its step loop.
+            self.envs = gym.vector.VectorWrapper(self.envs)
         self.kind, self.net, self.store = kind, net, store
         self.steps = 0
         if kind == "native_fused":

@@ -49,7 +49,11 @@ def synthetic_batch(
 
 
 class PolicyAgent(Agent):
-    """An mlp categorical policy that only acts (Gumbel-max sampling, as rlpar's agents do)."""
+    """An mlp categorical policy that only acts. It samples the softmax of its logits (here
+    by Gumbel-max), so it promises `native_sampling` as the built-in agents do: the actors
+    draw with the native sampler, and `act` runs only where they cannot."""
+
+    native_sampling = True
 
     def net_spec(self, obs_space: gym.Space, action_space: gym.Space) -> rlpar.NetSpec:
         assert isinstance(action_space, gym.spaces.Discrete) and obs_space.shape is not None

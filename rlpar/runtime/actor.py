@@ -2,10 +2,11 @@
 `LocalActors`, the actors of this process (the threads backend, as `RayActors` is Ray's).
 
 One unroll path per kind of env: native envs run the whole unroll in one GIL-free call
-(`_unroll_fused`), a vector env steps from a Python loop (`_unroll_python`), and split envs
-(`SplitEnvs`, double buffering) step one half while the actor infers on the other
-(`_unroll_double_buffered`). The two Python loops write each step and carry the episodes with
-one method (`_record`).
+(`_unroll_fused`); a vector env steps from a Python loop that makes one native call between two
+env steps (`_unroll_stepped`, `_native.StepLoop`: the step written into the rollout, the
+episodes carried, the forward and the native sampling); split envs (`SplitEnvs`, double
+buffering) step one half while the actor infers on the other (`_unroll_double_buffered`, the
+same loop over column ranges).
 """
 
 from __future__ import annotations
@@ -93,7 +94,11 @@ class Actor:
         for r in _allocate(index, envs, self.actions, net, unroll_length, num_buffers):
             self.free.put(r)
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, index, 1 << 20]))
-        self.sampler = _fused_sampler(index, envs, agent, net, seed)
+        # The native sampler (agents that sample the categorical softmax), and which loop
+        # runs: the fused native unroll (rlpar's native envs) or the step loop.
+        self.sampler = _native_sampler(index, agent, net, seed)
+        self.fused = self.sampler is not None and _can_fuse(index, envs, net)
+        self.loop = None if self.fused else _native.StepLoop(net, envs.num_envs, self.sampler)
         try:
             # one seed per env where the vector env takes them (gymnasium types it int)
             self.obs, _ = envs.reset(seed=env_seeds(envs, seed, index, generation))  # type: ignore[arg-type]
@@ -242,12 +247,12 @@ class Actor:
 
     def unroll(self, r: Rollout, episodes: EpisodeSink) -> None:
         """Fill ``r`` with T steps, all acted with one pinned parameter version."""
-        if self.sampler is not None:
+        if self.fused:
             self._unroll_fused(r, episodes)
         elif isinstance(self.envs, SplitEnvs):
             self._unroll_double_buffered(r, episodes)
         else:
-            self._unroll_python(r, episodes)
+            self._unroll_stepped(r, episodes)
         r.actor = self.index
         r.seq = self.seq
         self.seq += 1
@@ -269,105 +274,94 @@ class Actor:
         self.obs = r.obs[-1].copy()
         self.stats.env_s += time.perf_counter() - t0
 
-    def _unroll_python(self, r: Rollout, episodes: EpisodeSink) -> None:
-        net, agent, envs, rng, stats = self.net, self.agent, self.envs, self.rng, self.stats
+    def _unroll_stepped(self, r: Rollout, episodes: EpisodeSink) -> None:
+        """Envs that step in Python: between two env steps, one native call
+        (`_native.StepLoop.step`) writes the step into ``r``, carries the episodes, runs the
+        forward and (native sampling) draws the next actions; only the env's step and this one
+        call hold the GIL. An agent that samples in Python acts after each call."""
+        loop, envs, to_env = self.loop, self.envs, self.actions.to_env
+        assert loop is not None  # made in __init__ for every actor that does not fuse
+        act = None if self.sampler is not None else self._act
         clock = time.perf_counter
         core = self.core
-        if core is not None:
-            core.begin_unroll(r)
+        steps = r.rewards.shape[0]
+        t0 = clock()
+        act_s = 0.0
         with self.store.pin() as snap:
-            r.version = snap.version
-            for t in range(r.rewards.shape[0]):
-                t0 = clock()
-                r.obs[t] = self.obs
-                out = r.behaviour[t]
-                if core is None:
-                    net.forward(snap, r.obs[t], out)  # positional: keywords cost ~0.4 us
-                else:
-                    core.forward(snap, r.obs[t], out)
-                a = agent.act(net, out, rng)
-                r.actions[t] = a
-                t1 = clock()
-                obs, reward, terminated, truncated, _ = envs.step(self.actions.to_env(a))
-                t2 = clock()
-                self._record(r, t, self._all, reward, terminated, truncated, episodes)
-                self.obs = obs
-                stats.inference_s += t1 - t0
-                stats.env_s += t2 - t1
-            r.obs[-1] = self.obs
+            r.version = loop.begin(
+                snap, r, self.prev_done, self.ep_return, self.ep_length,
+                *((core.state, core.starts) if core is not None else ()),
+            )  # fmt: skip
+            try:
+                loop.act(0, self.obs)
+                if act is not None:
+                    act_s += act(r, 0, self._all)
+                for t in range(1, steps):
+                    obs, reward, terminated, truncated, _ = envs.step(to_env(r.actions[t - 1]))
+                    loop.step(t, obs, reward, terminated, truncated)
+                    if act is not None:
+                        act_s += act(r, t, self._all)
+                obs, reward, terminated, truncated, _ = envs.step(to_env(r.actions[-1]))
+                loop.record(steps - 1, obs, reward, terminated, truncated)
+            finally:
+                ends, native_s = loop.end()
+        self.obs = obs
+        episodes.add_many(ends)
+        self.stats.inference_s += native_s + act_s
+        self.stats.env_s += clock() - t0 - native_s - act_s
 
     def _unroll_double_buffered(self, r: Rollout, episodes: EpisodeSink) -> None:
-        """`_unroll_python` over two halves of the envs (`SplitEnvs`): each half's inference
+        """`_unroll_stepped` over two halves of the envs (`SplitEnvs`): each half's inference
         runs while the other half steps. Same rollout, same random draws in the same order:
         half 0's then half 1's columns at every step, as one [K] draw would take them."""
-        net, agent, rng, stats = self.net, self.agent, self.rng, self.stats
+        loop, to_env = self.loop, self.actions.to_env
+        assert loop is not None
+        act = None if self.sampler is not None else self._act
         assert isinstance(self.envs, SplitEnvs)
-        halves = list(zip(self.envs.cols, self.envs.halves, strict=True))
+        halves = [
+            (cols, cols.start, cols.stop, half)
+            for cols, half in zip(self.envs.cols, self.envs.halves, strict=True)
+        ]
         clock = time.perf_counter
         core = self.core
-        if core is not None:
-            core.begin_unroll(r)
+        steps = r.rewards.shape[0]
+        env_s = act_s = 0.0
         with self.store.pin() as snap:
-            r.version = snap.version
-            r.obs[0] = self.obs
-            for t in range(r.rewards.shape[0]):
-                for cols, half in halves:
-                    if t > 0:
-                        self._receive(r, t - 1, cols, half, episodes)
+            r.version = loop.begin(
+                snap, r, self.prev_done, self.ep_return, self.ep_length,
+                *((core.state, core.starts) if core is not None else ()),
+            )  # fmt: skip
+            try:
+                for t in range(steps):
+                    for cols, begin, end, half in halves:
+                        if t == 0:
+                            loop.act(0, self.obs[cols], begin, end)
+                        else:
+                            t0 = clock()
+                            obs, reward, terminated, truncated = half.recv()
+                            env_s += clock() - t0
+                            loop.step(t, obs, reward, terminated, truncated, begin, end)
+                        if act is not None:
+                            act_s += act(r, t, cols)
+                        half.send(to_env(r.actions[t, cols]))
+                for _, begin, end, half in halves:
                     t0 = clock()
-                    out = r.behaviour[t, cols]
-                    if core is None:
-                        net.forward(snap, r.obs[t, cols], out)
-                    else:
-                        core.forward(snap, r.obs[t, cols], out, cols)
-                    a = agent.act(net, out, rng)
-                    r.actions[t, cols] = a
-                    half.send(self.actions.to_env(a))
-                    stats.inference_s += clock() - t0
-            for cols, half in halves:
-                self._receive(r, r.rewards.shape[0] - 1, cols, half, episodes)
+                    obs, reward, terminated, truncated = half.recv()
+                    env_s += clock() - t0
+                    loop.record(steps - 1, obs, reward, terminated, truncated, begin, end)
+            finally:
+                ends, native_s = loop.end()
+        episodes.add_many(ends)
         self.obs = r.obs[-1].copy()
+        self.stats.inference_s += native_s + act_s
+        self.stats.env_s += env_s
 
-    def _receive(self, r: Rollout, t: int, cols: slice, half: Any, episodes: EpisodeSink) -> None:
-        """Wait for one half's step ``t`` and write it into ``r`` (``obs[t + 1]`` included)."""
+    def _act(self, r: Rollout, t: int, cols: slice) -> float:
+        """An agent that samples in Python: its `act` on step ``t``'s outputs of the envs
+        ``cols``, written to ``r.actions``. Returns the seconds it took."""
         t0 = time.perf_counter()
-        obs, reward, terminated, truncated = half.recv()
-        self.stats.env_s += time.perf_counter() - t0
-        r.obs[t + 1, cols] = obs
-        self._record(r, t, cols, reward, terminated, truncated, episodes)
-
-    def _record(
-        self,
-        r: Rollout,
-        t: int,
-        cols: slice,
-        reward: np.ndarray,
-        terminated: np.ndarray,
-        truncated: np.ndarray,
-        episodes: EpisodeSink,
-    ) -> None:
-        """Write step ``t`` of the envs ``cols`` into ``r`` and carry their episodes. The step
-        after an episode's end was the env's reset step: masked out (``mask``), and the core
-        starts a new episode's state after it. A valid step adds to its episode's return and
-        length; an episode that ended goes to ``episodes`` as (return, length)."""
-        r.rewards[t, cols] = reward
-        r.terminated[t, cols] = terminated
-        r.truncated[t, cols] = truncated
-        valid = r.mask[t, cols]
-        np.logical_not(self.prev_done[cols], out=valid)
-        if self.core is not None:
-            self.core.after_step(valid, cols)
-        done = terminated | truncated
-        ep_return, ep_length = self.ep_return[cols], self.ep_length[cols]  # views
-        ep_return += np.where(valid, reward, 0.0)
-        ep_length += valid
-        self.prev_done[cols] = done
-        if done.any():
-            k = np.flatnonzero(done)
-            rets, lens = ep_return[k].tolist(), ep_length[k].tolist()
-            episodes.add_many(list(zip(rets, lens, strict=True)))
-            ep_return[k] = 0.0
-            ep_length[k] = 0
+        r.actions[t, cols] = self.agent.act(self.net, r.behaviour[t, cols], self.rng)
+        return time.perf_counter() - t0
 
 
 class LocalActors:
@@ -453,20 +447,30 @@ def _allocate(
     ]
 
 
-def _fused_sampler(
-    index: int, envs: VectorEnv, agent: Agent, net: Net, seed: int
+def _native_sampler(
+    index: int, agent: Agent, net: Net, seed: int
 ) -> _native.CategoricalSampler | None:
-    """The fused path's sampler, for native envs and an agent that samples the categorical
-    softmax (`Agent.native_sampling`) where the envs can run ``net``; else None."""
-    if not (agent.native_sampling and isinstance(envs, FusedEnvs)):
+    """Actor ``index``'s native sampler, for an agent that samples the categorical softmax
+    (`Agent.native_sampling`) of a net with one Categorical head; else None (`Agent.act`)."""
+    if not agent.native_sampling:
         return None
-    try:
-        envs.check_fused(net)
-    except ValueError as e:
-        log.info("actor %d: Python path (%s)", index, e)
+    if sum(name == "logits" for name, *_ in net.outputs) != 1:
+        log.info("actor %d: Agent.act samples (the net has no single Categorical head)", index)
         return None
     key = np.random.SeedSequence([seed, index, 1 << 21]).generate_state(1)[0]
     return _native.CategoricalSampler(int(key))
+
+
+def _can_fuse(index: int, envs: VectorEnv, net: Net) -> bool:
+    """Whether the whole unroll can run natively: rlpar's native envs that can run ``net``."""
+    if not isinstance(envs, FusedEnvs):
+        return False
+    try:
+        envs.check_fused(net)
+    except ValueError as e:
+        log.info("actor %d: step loop (%s)", index, e)
+        return False
+    return True
 
 
 def _check_fit(index: int, saved: dict[str, Any], current: dict[str, np.ndarray]) -> None:

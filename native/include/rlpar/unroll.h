@@ -99,4 +99,41 @@ struct LogitsSlice {
 };
 LogitsSlice check_unroll_net(const Net& net, const VecEnv& envs);
 
+// The net's one Categorical head (invalid_argument unless it has exactly one).
+LogitsSlice categorical_logits(const Net& net);
+
+// ---------------------------------------------------------------------------------------------
+// The unroll's body in pieces, for an actor whose envs step elsewhere (a Python vector env): the
+// fused loop above is begin_core, then per step act_rows, envs.step, record_rows. Each piece
+// works on the envs [begin, end) of the K in `a` (double buffering acts on one half while the
+// other steps); rows are those of UnrollArrays.
+
+// The episodes an actor carries from step to step and unroll to unroll, [K] each, updated.
+struct EpisodeCarry {
+  bool* prev_done = nullptr;  // the env's last step ended an episode: its next is the reset step
+  double* ep_return = nullptr;
+  int64_t* ep_length = nullptr;
+};
+
+// A recurrent net's unroll start: the state of envs whose next observation begins an episode is
+// zeroed, starts cleared, and the state copied to core_state (what the learner re-runs from).
+void begin_core(const UnrollArrays& a, int64_t num_envs, int64_t state_size);
+
+// Act step t: behaviour[t, begin:end] = net(obs[t, begin:end]) (a recurrent net from the carried
+// state, reset where starts is set; the state advances one step), then, with a sampler, draw
+// actions[t, begin:end] from `logits` of it (rows in order). a.obs is the net's input dtype.
+void act_rows(const Net& net, const float* params, const UnrollArrays& a, int64_t num_envs,
+              int64_t t, int64_t begin, int64_t end, CategoricalSampler* sampler,
+              const LogitsSlice& logits, const PackedCore* packed_core);
+
+// Record step t, once rewards, terminated and truncated [t, begin:end] hold the envs' results:
+// mask[t] = !prev_done, the valid steps added to their episodes, each episode that ended
+// appended to `ends` (env order) and restarted, prev_done updated, and for a recurrent net
+// (`starts` not null) starts = !mask[t] (the next observation begins an episode).
+// raw_rewards: [end - begin] the env's rewards in double, when it gave doubles (the episode
+// returns then add those, not their float32 roundings); null: rewards[t] is added.
+void record_rows(const UnrollArrays& a, int64_t num_envs, int64_t t, int64_t begin, int64_t end,
+                 const EpisodeCarry& carry, bool* starts, std::vector<EpisodeEnd>& ends,
+                 const double* raw_rewards = nullptr);
+
 }  // namespace rlpar
