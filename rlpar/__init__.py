@@ -18,7 +18,7 @@ Public API (everything a user or a plug-in agent needs is importable from here):
   `Evaluation`; a run's final parameters are `Runner.params` after `Runner.run`;
 - plug-ins: `register_agent`, `make_agent`, `registered_agents`, `register_env`,
   `check_field_types` (a plug-in config dataclass checks its fields as the built-ins do);
-- GIL policy: `gil_release_threshold`, `set_gil_release_threshold`.
+- GIL policy: `gil_release_threshold`, `set_gil_release_threshold`, `gil_calibration`.
 """
 
 import os as _os
@@ -55,6 +55,7 @@ from rlpar.nn import (
     Value,
     amx_available,
     conv_spec,
+    gil_calibration,
     gil_release_threshold,
     mlp_spec,
     set_gil_release_threshold,
@@ -119,6 +120,7 @@ __all__ = [
     "clip_grad_norm",
     "conv_spec",
     "evaluate_policy",
+    "gil_calibration",
     "gil_release_threshold",
     "global_norm",
     "learner_split",

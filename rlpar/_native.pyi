@@ -8,7 +8,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CategoricalSampler', 'Net', 'Snapshot', 'SnapshotStore', 'StepLoop', 'Tape', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_meter', 'gil_release_threshold', 'global_norm', 'native_env_names', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
+__all__: list[str] = ['CategoricalSampler', 'Net', 'Snapshot', 'SnapshotStore', 'StepLoop', 'Tape', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_calibration', 'gil_meter', 'gil_release_threshold', 'global_norm', 'native_env_names', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
 def amx_available() -> bool:
     """
     True when this CPU and OS run Intel AMX-BF16 tiles, which LSTM(matmul='bf16x3') needs.
@@ -277,6 +277,10 @@ def clip_by_global_norm(grad: typing.Any, max_norm: typing.SupportsFloat | typin
 def fused_unroll(envs: VecEnv, net: Net, params: typing.Any, sampler: CategoricalSampler, obs: typing.Any, actions: typing.Any, rewards: typing.Any, terminated: typing.Any, truncated: typing.Any, mask: typing.Any, behaviour: typing.Any, ep_return: typing.Any, ep_length: typing.Any, state: typing.Any = None, starts: typing.Any = None, core_state: typing.Any = None, release_gil: typing.Any = None) -> tuple:
     """
     One whole unroll of T steps over the K envs in one call (rlpar/unroll.h), written into the rollout arrays (obs [T+1, K, ...], actions int64 [T, K], rewards float32, terminated / truncated / mask bool [T, K], behaviour float32 [T, K, output_size]); ep_return float64 [K] and ep_length int64 [K] carry the episodes in progress. A recurrent net also takes state float32 [K, state_size] and starts bool [K] (the actor's carried core state and pending episode starts, updated in place) and writes the state fed into step 0 to core_state float32 [K, state_size]. Returns (version of params, [(return, length) of each episode that ended]).
+    """
+def gil_calibration() -> dict:
+    """
+    What the GIL release threshold was set from when rlpar was imported: {'handoff_ns': one hand-off between two sleeping threads, 'flops_per_ns': the kernels' speed on a small MLP, 'threshold_flops': 2 x their product within [70e3, 16e6]} (set_gil_release_threshold overrides it).
     """
 def gil_meter() -> tuple:
     """

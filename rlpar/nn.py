@@ -15,7 +15,10 @@ number of threads can share one net with no per-thread setup::
     grad = net.backward(tape, dout)                   # dout [B, 3] -> grad float32 [num_params]
 
 Forward, backward and the optimizers release the GIL when the call's work is above
-`gil_release_threshold()` flops (or always/never with ``release_gil=True/False``).
+`gil_release_threshold()` flops (or always/never with ``release_gil=True/False``). The
+threshold is measured when rlpar is imported (`gil_calibration`: what handing the GIL to a
+waiting thread costs here, times the kernels' speed), unless ``RLPAR_GIL_RELEASE_THRESHOLD``
+pins it.
 
 Layout: images are channels-last ``[B, H, W, C]``; a Linear weight is ``[in, out]`` and a Conv2d
 weight ``[KH, KW, C, OC]``, all views into the flat parameter vector (see `Net.param_views`).
@@ -24,6 +27,7 @@ weight ``[KH, KW, C, OC]``, all views into the flat parameter vector (see `Net.p
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -51,6 +55,7 @@ __all__ = [
     "Value",
     "amx_available",
     "conv_spec",
+    "gil_calibration",
     "gil_release_threshold",
     "mlp_spec",
     "set_gil_release_threshold",
@@ -59,6 +64,26 @@ __all__ = [
 Tape = _native.Tape
 gil_release_threshold = _native.gil_release_threshold
 set_gil_release_threshold = _native.set_gil_release_threshold
+gil_calibration = _native.gil_calibration
+
+
+def _pin_release_threshold(value: str | None) -> None:
+    """``RLPAR_GIL_RELEASE_THRESHOLD`` (flops), when set, replaces the threshold measured at
+    import (`gil_calibration`): for runs that must not depend on the machine's timing."""
+    if value is None or value == "":
+        return
+    try:
+        flops = float(value)
+    except ValueError:
+        flops = float("nan")
+    if not flops >= 0:
+        raise ValueError(
+            f"RLPAR_GIL_RELEASE_THRESHOLD must be a number of flops >= 0, got {value!r}"
+        )
+    set_gil_release_threshold(flops)
+
+
+_pin_release_threshold(os.environ.get("RLPAR_GIL_RELEASE_THRESHOLD"))
 
 
 def amx_available() -> bool:

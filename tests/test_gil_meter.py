@@ -5,6 +5,9 @@ it; the runner reports every thread's shares and the ceiling they predict."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -108,3 +111,27 @@ def test_the_runner_reports_each_threads_shares() -> None:
         actor_ceiling(gil["actors"]["held"], gil["learner"]["held"])
     )
     assert runner.progress(1.0).gil.keys() == gil.keys()
+
+
+def test_the_release_threshold_is_measured_at_import() -> None:
+    """Two hand-offs of the GIL times the kernels' speed, clamped to [70 kflop, 16 Mflop]."""
+    c = rlpar.gil_calibration()
+    assert c["handoff_ns"] > 0 and c["flops_per_ns"] > 0
+    want = min(max(2 * c["handoff_ns"] * c["flops_per_ns"], 70e3), 16e6)
+    assert c["threshold_flops"] == pytest.approx(want)
+
+
+def pinned_threshold(value: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", "import rlpar; print(rlpar.gil_release_threshold())"],
+        env={**os.environ, "RLPAR_GIL_RELEASE_THRESHOLD": value},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_an_environment_variable_pins_the_threshold() -> None:
+    ok = pinned_threshold("250000")
+    assert ok.returncode == 0 and float(ok.stdout) == 250000.0
+    bad = pinned_threshold("fast")
+    assert bad.returncode != 0
+    assert "RLPAR_GIL_RELEASE_THRESHOLD must be a number of flops >= 0, got 'fast'" in bad.stderr

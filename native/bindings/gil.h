@@ -21,9 +21,9 @@ namespace py = pybind11;
 // GIL policy
 
 // Work (floating point operations) above which a call releases the GIL when release_gil=None.
-// Measured on a 2-vCPU AMD EPYC with `rlpar bench gil` (docs/performance.md): two threads
-// releasing the GIL lose to two threads holding it up to ~65 kflop a call (the small MLP at
-// batch 7) and win from batch 8 (74 kflop, x1.5).
+// Set when the module is imported from what a hand-off of the GIL costs on this machine and the
+// kernels' speed (gil_calibration.cc); 70 kflop until then, the crossover `rlpar bench gil`
+// measured on a 2-vCPU AMD EPYC (the small MLP at batch 8).
 inline std::atomic<double> g_release_threshold{70000.0};
 inline std::atomic<bool> g_closing{false};
 inline std::atomic<int64_t> g_released_calls{0};

@@ -13,6 +13,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "bindings.h"
@@ -61,5 +62,8 @@ PYBIND11_MODULE(_native, m) {
   rlpar_py::bind_envs(m);
   rlpar_py::bind_losses(m);
   rlpar_py::bind_step_loop(m);
+  rlpar_py::bind_gil_calibration(m);
+  // Before any call decides about the GIL: hand-off cost x kernel speed (gil_calibration.cc).
+  rlpar_py::calibrate_release_threshold();
   py::module_::import("atexit").attr("register")(m.attr("_stop_releasing_gil"));
 }
