@@ -121,17 +121,18 @@ def test_the_release_threshold_is_measured_at_import() -> None:
     assert c["threshold_flops"] == pytest.approx(want)
 
 
-def pinned_threshold(value: str) -> subprocess.CompletedProcess:
+def pinned_threshold(value: str, cwd) -> subprocess.CompletedProcess:
+    # cwd: away from a source checkout, whose rlpar/ folder would shadow the installed package
     return subprocess.run(
         [sys.executable, "-c", "import rlpar; print(rlpar.gil_release_threshold())"],
         env={**os.environ, "RLPAR_GIL_RELEASE_THRESHOLD": value},
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=120, cwd=cwd,
     )  # fmt: skip
 
 
-def test_an_environment_variable_pins_the_threshold() -> None:
-    ok = pinned_threshold("250000")
+def test_an_environment_variable_pins_the_threshold(tmp_path) -> None:
+    ok = pinned_threshold("250000", tmp_path)
     assert ok.returncode == 0 and float(ok.stdout) == 250000.0
-    bad = pinned_threshold("fast")
+    bad = pinned_threshold("fast", tmp_path)
     assert bad.returncode != 0
     assert "RLPAR_GIL_RELEASE_THRESHOLD must be a number of flops >= 0, got 'fast'" in bad.stderr
