@@ -4,6 +4,7 @@ group "rlpar.agents" (`rlpar.registry.BUILT_IN_AGENTS`); importing this package 
 nothing."""
 
 from .a3c import A3C, A3CConfig
+from .appo import Appo, AppoConfig
 from .impala import Impala, ImpalaConfig
 
-__all__ = ["A3C", "A3CConfig", "Impala", "ImpalaConfig"]
+__all__ = ["A3C", "A3CConfig", "Appo", "AppoConfig", "Impala", "ImpalaConfig"]

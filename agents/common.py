@@ -1,6 +1,7 @@
-"""What A3C and IMPALA share: the net for the spaces, acting, the config fields of the
-actor-critic loss, and the loss itself (the native `rlpar.actor_critic_loss`). Written against
-the public `rlpar` API only; each agent's `learn` is in its own file."""
+"""What the built-in actor-critic agents (A3C, IMPALA, APPO) share: the net for the spaces,
+acting, the config fields of the actor-critic loss, and the loss itself (the native
+`rlpar.actor_critic_loss`). Written against the public `rlpar` API only; each agent's `learn`
+is in its own file."""
 
 from __future__ import annotations
 
@@ -314,6 +315,16 @@ class ActorCriticAgent(rlpar.Agent):
             log_std_begin=layout.log_std_begin, value_col=layout.value_col,
             options=self.loss_options,
         )  # fmt: skip
+        self.add_bound_penalty(out, batch, dout, metrics)
+        return dout, metrics
+
+    def add_bound_penalty(
+        self, out: np.ndarray, batch: rlpar.Batch, dout: np.ndarray, metrics: dict[str, float]
+    ) -> None:
+        """A Gaussian policy with bounded actions: add `bound_penalty` on the means in ``out``
+        [T+1, N, O] to ``dout`` (same shape, in place) and to ``metrics["loss"]``; nothing
+        otherwise."""
+        c, layout = self.config, self.layout
         if c.action_bound_cost > 0 and layout.kind == "gaussian" and layout.low is not None:
             assert layout.high is not None
             t_len = batch.unroll_length
@@ -324,4 +335,3 @@ class ActorCriticAgent(rlpar.Agent):
             dout[:t_len, :, cols] += dmean
             metrics["bound_loss"] = bound_loss
             metrics["loss"] += bound_loss
-        return dout, metrics

@@ -10,8 +10,9 @@ Public API (everything a user or a plug-in agent needs is importable from here):
 - the agent seam and runtime: `Agent`, `LearnerState`, `Rollout`, `Batch`, `Runner`, `RunResult`,
   `Progress`, configs `EnvConfig`, `RuntimeConfig`, `EvalConfig`;
 - the learner step: `loss_gradient` (forward -> an agent's `Loss` -> backward, over the
-  learner's threads) and `learner_split` (how it shares them), the native loss
-  `actor_critic_loss` and its `LossOptions`, `ShardPool` (the threads of a learner step: batch
+  learner's threads) and `learner_split` (how it shares them), `minibatches` (epochs x
+  minibatches of whole unrolls), the native losses `actor_critic_loss` (its `LossOptions`)
+  and `ppo_loss` (its `PpoOptions`), `ShardPool` (the threads of a learner step: batch
   rows inside the net's calls, or column shards) and `ThreadPool` (native intra-op threads for
   `Net` calls);
 - evaluation: `evaluate_policy` (play whole episodes with one parameter vector) and its
@@ -37,8 +38,8 @@ except ImportError as _e:  # pragma: no cover - exercised in a child process by 
 from rlpar.agent import Agent, LearnerState
 from rlpar.config import ConfigError, EnvConfig, EvalConfig, RuntimeConfig, check_field_types
 from rlpar.data import Batch, Rollout
-from rlpar.learner_step import Loss, learner_split, loss_gradient
-from rlpar.losses import LossOptions, actor_critic_loss
+from rlpar.learner_step import Loss, learner_split, loss_gradient, minibatches
+from rlpar.losses import LossOptions, PpoOptions, actor_critic_loss, ppo_loss
 from rlpar.nn import (
     LSTM,
     Categorical,
@@ -98,6 +99,7 @@ __all__ = [
     "Net",
     "NetSpec",
     "Optimizer",
+    "PpoOptions",
     "Progress",
     "PyLayer",
     "RMSProp",
@@ -126,7 +128,9 @@ __all__ = [
     "learner_split",
     "loss_gradient",
     "make_agent",
+    "minibatches",
     "mlp_spec",
+    "ppo_loss",
     "register_agent",
     "register_env",
     "registered_agents",

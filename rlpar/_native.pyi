@@ -8,7 +8,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CategoricalSampler', 'Net', 'Snapshot', 'SnapshotStore', 'StepLoop', 'Tape', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_calibration', 'gil_meter', 'gil_release_threshold', 'global_norm', 'native_env_names', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
+__all__: list[str] = ['CategoricalSampler', 'Net', 'Snapshot', 'SnapshotStore', 'StepLoop', 'Tape', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_calibration', 'gil_meter', 'gil_release_threshold', 'global_norm', 'native_env_names', 'ppo_loss', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
 def amx_available() -> bool:
     """
     True when this CPU and OS run Intel AMX-BF16 tiles, which LSTM(matmul='bf16x3') needs.
@@ -256,7 +256,7 @@ class StepLoop:
         ...
 def _stop_releasing_gil(timeout_s: typing.SupportsFloat | typing.SupportsIndex = 5.0) -> None:
     ...
-def actor_critic_loss(out: typing.Any, behaviour: typing.Any, actions: typing.Any, rewards: typing.Any, terminated: typing.Any, truncated: typing.Any, mask: typing.Any, *, policy: str, policy_begin: typing.SupportsInt | typing.SupportsIndex, num_actions: typing.SupportsInt | typing.SupportsIndex, log_std_begin: typing.SupportsInt | typing.SupportsIndex = 0, value_col: typing.SupportsInt | typing.SupportsIndex, gamma: typing.SupportsFloat | typing.SupportsIndex, importance_weighting: bool, rho_bar: typing.SupportsFloat | typing.SupportsIndex = ..., c_bar: typing.SupportsFloat | typing.SupportsIndex = ..., pg_rho_bar: typing.SupportsFloat | typing.SupportsIndex = ..., value_coef: typing.SupportsFloat | typing.SupportsIndex = ..., entropy_coef: typing.SupportsFloat | typing.SupportsIndex = ...) -> tuple[numpy.typing.NDArray[numpy.float32], dict]:
+def actor_critic_loss(out: typing.Any, behaviour: typing.Any, actions: typing.Any, rewards: typing.Any, terminated: typing.Any, truncated: typing.Any, mask: typing.Any, *, policy: str, policy_begin: typing.SupportsInt | typing.SupportsIndex, num_actions: typing.SupportsInt | typing.SupportsIndex, log_std_begin: typing.SupportsInt | typing.SupportsIndex, value_col: typing.SupportsInt | typing.SupportsIndex, gamma: typing.SupportsFloat | typing.SupportsIndex, importance_weighting: bool, rho_bar: typing.SupportsFloat | typing.SupportsIndex, c_bar: typing.SupportsFloat | typing.SupportsIndex, pg_rho_bar: typing.SupportsFloat | typing.SupportsIndex, value_coef: typing.SupportsFloat | typing.SupportsIndex, entropy_coef: typing.SupportsFloat | typing.SupportsIndex) -> tuple[numpy.typing.NDArray[numpy.float32], dict]:
     """
     A3C (importance_weighting=False) or IMPALA V-trace loss and its gradient w.r.t. `out` [T+1, N, O]; see native/include/rlpar/losses.h. Returns (dout, metrics).
     """
@@ -293,6 +293,10 @@ def global_norm(grad: typing.Any) -> float:
 def native_env_names() -> list[str]:
     """
     Names of the games VecEnv can run.
+    """
+def ppo_loss(out: typing.Any, behaviour: typing.Any, actions: typing.Any, rewards: typing.Any, terminated: typing.Any, truncated: typing.Any, mask: typing.Any, *, policy: str, policy_begin: typing.SupportsInt | typing.SupportsIndex, num_actions: typing.SupportsInt | typing.SupportsIndex, log_std_begin: typing.SupportsInt | typing.SupportsIndex, value_col: typing.SupportsInt | typing.SupportsIndex, gamma: typing.SupportsFloat | typing.SupportsIndex, rho_bar: typing.SupportsFloat | typing.SupportsIndex, c_bar: typing.SupportsFloat | typing.SupportsIndex, value_coef: typing.SupportsFloat | typing.SupportsIndex, entropy_coef: typing.SupportsFloat | typing.SupportsIndex, clip_eps: typing.SupportsFloat | typing.SupportsIndex, ratio_clip: str, advantage: str, gae_lambda: typing.SupportsFloat | typing.SupportsIndex, normalize_advantages: bool, value_clip: typing.SupportsFloat | typing.SupportsIndex, value_mean: typing.SupportsFloat | typing.SupportsIndex, value_std: typing.SupportsFloat | typing.SupportsIndex) -> tuple[numpy.typing.NDArray[numpy.float32], dict]:
+    """
+    PPO's clipped surrogate on V-trace or GAE(lambda) advantages against the behaviour policy, and its gradient w.r.t. `out` [T+1, N, O]; see native/include/rlpar/losses.h. Returns (dout, metrics).
     """
 def rmsprop_step(params: typing.Any, grad: typing.Any, square_avg: typing.Any, grad_avg: typing.Any, momentum_buffer: typing.Any, lr: typing.SupportsFloat | typing.SupportsIndex, alpha: typing.SupportsFloat | typing.SupportsIndex, eps: typing.SupportsFloat | typing.SupportsIndex, momentum: typing.SupportsFloat | typing.SupportsIndex, weight_decay: typing.SupportsFloat | typing.SupportsIndex, release_gil: typing.Any = None) -> None:
     ...

@@ -61,6 +61,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rlpar.config import RuntimeConfig
 from rlpar.data import Batch
 from rlpar.nn import Net, NetSpec
 from rlpar.optim import Optimizer
@@ -77,6 +78,9 @@ class LearnerState:
     steps taken, counted by the runtime (it adds 1 after each `Agent.learn` returns; `learn`
     only reads it; the published parameters' version is ``steps + 1``); ``extra``: the
     agent's own JSON-serialisable state (e.g. a schedule position).
+    ``rng``: the learner's own generator (e.g. to shuffle minibatches, `rlpar.minibatches`):
+    the runtime seeds it from the run's seed after `Agent.init_state`, and checkpoints save
+    and restore its state, so a deterministic run and a resumed one draw the same numbers.
     ``pool``: not saved; set by the runtime for the run when ``runtime.learner_threads`` > 1,
     a `rlpar.ShardPool` of that many threads that `Agent.learn` may use to split its step
     over column shards (`rlpar.Batch.split`); None otherwise.
@@ -86,6 +90,9 @@ class LearnerState:
     optimizer: Optimizer
     steps: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    rng: np.random.Generator = field(
+        default_factory=lambda: np.random.default_rng(0), repr=False, compare=False
+    )
     pool: ShardPool | None = field(default=None, repr=False, compare=False)
 
 
@@ -124,6 +131,12 @@ class Agent(abc.ABC):
         """One learner step on ``batch``; updates ``state`` in place (not ``state.steps``: the
         runtime counts steps); returns scalar metrics, named as the module docstring says for
         TensorBoard (``loss``, ``policy_loss``, ``value_loss``, ``entropy``, ``grad_norm``)."""
+
+    def check_runtime(self, runtime: RuntimeConfig) -> None:  # noqa: B027 (optional hook)
+        """Optional: raise `rlpar.ConfigError` (naming the key, what was expected and what
+        came) if the agent cannot learn from the batches this runtime makes, e.g. minibatches
+        that do not divide its ``runtime.batch_columns`` columns. Called once, before any env
+        is built; the default accepts every runtime."""
 
     def greedy(self, net: Net, out: np.ndarray) -> np.ndarray:
         """The policy's most likely actions for outputs ``out`` float32 [K, output_size], in

@@ -380,6 +380,11 @@ class RuntimeConfig:
     def env_steps_per_rollout(self) -> int:
         return self.unroll_length * self.envs_per_actor
 
+    @property
+    def batch_columns(self) -> int:
+        """N, the columns of each learner batch [T, N]: batch_rollouts x envs_per_actor."""
+        return self.batch_rollouts * self.envs_per_actor
+
 
 def check_env_layout(env: EnvConfig, runtime: RuntimeConfig) -> None:
     """The [env] keys that depend on how many envs an actor steps, checked against

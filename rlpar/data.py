@@ -152,20 +152,26 @@ class Batch:
         ``versions``, ``policy_lag`` and ``learner_version`` are the whole batch's in each."""
         check_int("parts", parts, minimum=1)
         return [
-            Batch(
-                **{
-                    name: np.ascontiguousarray(
-                        getattr(self, name)[(slice(None),) * _ENV_AXIS[name] + (cols,)]
-                    )
-                    for name in ARRAY_FIELDS
-                    if getattr(self, name) is not None
-                },
-                versions=self.versions,
-                policy_lag=self.policy_lag,
-                learner_version=self.learner_version,
-            )
+            self.columns(cols)
             for cols in even_slices(self.num_columns, min(parts, self.num_columns))
         ]
+
+    def columns(self, cols: slice | np.ndarray) -> Batch:
+        """The batch of columns ``cols`` (a slice, or int indices [M]): whole unrolls, each
+        with its core state (copies, each array C-contiguous). ``versions``, ``policy_lag``
+        and ``learner_version`` are the whole batch's."""
+        return Batch(
+            **{
+                name: np.ascontiguousarray(
+                    getattr(self, name)[(slice(None),) * _ENV_AXIS[name] + (cols,)]
+                )
+                for name in ARRAY_FIELDS
+                if getattr(self, name) is not None
+            },
+            versions=self.versions,
+            policy_lag=self.policy_lag,
+            learner_version=self.learner_version,
+        )
 
     def core_args(self, bootstrap: bool = True) -> dict[str, Any]:
         """Keyword arguments of ``Net.forward_train`` on ``obs`` reshaped to ``[(T + 1) N, ...]``

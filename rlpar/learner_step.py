@@ -22,6 +22,13 @@ outputs, and backpropagates the output gradient that ``loss`` returns. With
 
 The shards' gradients add up to the whole batch's because ``loss`` is a mean over the valid
 steps (``batch.mask``): that is the one thing `loss_gradient` asks of it.
+
+Several optimizer steps on one batch (PPO's epochs x minibatches) are `minibatches`::
+
+    for epoch in range(epochs):
+        for mb in rlpar.minibatches(batch, count, state.rng):      # reshuffled each epoch
+            grad, metrics = rlpar.loss_gradient(net, state.params, mb, self.loss, state.pool)
+            ...                                                    # clip, step, as above
 """
 
 from __future__ import annotations
@@ -31,11 +38,12 @@ from typing import Literal
 
 import numpy as np
 
+from rlpar.config import ConfigError
 from rlpar.data import Batch
 from rlpar.nn import Conv2d, Net, Tape
 from rlpar.parallel import ShardPool, ThreadPool
 
-__all__ = ["Loss", "learner_split", "loss_gradient"]
+__all__ = ["Loss", "learner_split", "loss_gradient", "minibatches"]
 
 #: ``loss(net, out, batch) -> (dout, metrics)``: ``out`` float32 [T+1, N, output_size] is the
 #: net at ``batch.obs`` (row T bootstraps); ``dout`` is the loss's gradient w.r.t. ``out``
@@ -160,3 +168,27 @@ def _sharded_gradient(
     if "valid_steps" in metrics:
         metrics["valid_steps"] = float(total)
     return grad, metrics
+
+
+def minibatches(
+    batch: Batch, count: int, rng: np.random.Generator | None = None, *, key: str = "minibatches"
+) -> list[Batch]:
+    """``batch``'s N columns cut into ``count`` minibatches of N / count columns each: whole
+    unrolls [T, N / count], each column with its core state (a recurrent net re-runs each
+    unroll from the state its actor stored). The columns are in a fresh random order drawn from
+    ``rng`` (pass ``state.rng``: the runtime seeds it and checkpoints save it, so a
+    deterministic run and a resumed one cut the same minibatches), in order when None.
+
+    Raises `ConfigError` naming ``key`` when ``count`` does not divide N (an agent checks it
+    up front in `Agent.check_runtime`, against ``runtime.batch_columns``)."""
+    n = batch.num_columns
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1 or n % count:
+        raise ConfigError(
+            f"{key}: expected a divisor of the batch's {n} columns (runtime.batch_rollouts x "
+            f"runtime.envs_per_actor), so that each minibatch holds whole unrolls, got {count!r}"
+        )
+    if count == 1 and rng is None:
+        return [batch]
+    order = np.arange(n) if rng is None else rng.permutation(n)
+    size = n // count
+    return [batch.columns(np.sort(order[i * size : (i + 1) * size])) for i in range(count)]

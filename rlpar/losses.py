@@ -1,10 +1,11 @@
 """Actor-critic losses computed natively (GIL released), with gradients w.r.t. the net outputs.
 
-See ``native/include/rlpar/losses.h`` for the formulas (A3C n-step returns; IMPALA V-trace).
-`LossOptions` is what the loss discounts, clips and weighs, and its defaults are the only ones
-on the Python side: the built-in agents' configs take theirs from it, and `actor_critic_loss`
-passes every value to the native core, so the defaults written there (``losses.h``, the
-binding's keywords) are never the ones a Python caller gets.
+See ``native/include/rlpar/losses.h`` for the formulas (A3C n-step returns; IMPALA V-trace;
+PPO's clipped surrogate on asynchronous rollouts, `ppo_loss`). `LossOptions` (and
+`PpoOptions`) are what the losses discount, clip and weigh, and their defaults are the only
+ones: the built-in agents' configs take theirs from them, and `actor_critic_loss` passes every
+value to the native core (whose binding has no defaults), so the ones written in
+``losses.h`` are never the ones a Python caller gets.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 from rlpar import _native
 from rlpar.config import check_field_types
 
-__all__ = ["LossOptions", "actor_critic_loss"]
+__all__ = ["LossOptions", "PpoOptions", "actor_critic_loss", "ppo_loss"]
 
 
 @dataclass(frozen=True)
@@ -123,3 +124,90 @@ def _options(options: LossOptions | None, keywords: dict[str, float]) -> LossOpt
         stacklevel=3,
     )
     return LossOptions(**new)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class PpoOptions:
+    """The options of `ppo_loss` (see ``native/include/rlpar/losses.h`` for the formulas)::
+
+    r_t = pi(a_t|x_t) / mu(a_t|x_t)             against the behaviour policy that acted
+    L = mean_t [ -min(r_t Â_t, clip(r_t, lo, hi) Â_t) + baseline_cost L_v(t)
+                 - entropy_cost H(pi(.|x_t)) ]        over the valid (mask) steps
+
+    The native core checks the values (``gamma`` and ``gae_lambda`` in [0, 1], the bars and
+    ``clip_eps`` > 0, ``value_std`` > 0)."""
+
+    gamma: float = 0.99
+    """Discount factor."""
+    clip_eps: float = 0.2
+    """The surrogate's clip: the ratio is clipped to [1 - clip_eps, 1 + clip_eps]
+    (``ratio_clip = "symmetric"``, PPO's and CleanRL's form) or to [1 / (1 + clip_eps),
+    1 + clip_eps] (``"reciprocal"``, Sample Factory's)."""
+    ratio_clip: str = "symmetric"
+    """The form of the clip interval (see ``clip_eps``)."""
+    advantage: str = "vtrace"
+    """"vtrace": A_t = r_t + gamma vs_{t+1} - V(x_t) on V-trace targets (IMPALA's advantage,
+    without its rho_pg: the surrogate's ratio weighs step t). "gae": A_t = vs_t - V(x_t) with
+    the traces c_i = gae_lambda min(c_bar, r_i), which is GAE(lambda) when on-policy."""
+    gae_lambda: float = 1.0
+    """lambda of the traces (both advantages; 1: V-trace as published)."""
+    rho_bar: float = 1.0
+    """Clip of the importance weights in the V-trace targets."""
+    c_bar: float = 1.0
+    """Clip of the trace-cutting coefficients."""
+    normalize_advantages: bool = True
+    """Â_t = (A_t - mean) / (std + 1e-8) over the call's valid steps (a minibatch's)."""
+    value_clip: float = 0.0
+    """> 0: the value loss is the larger of the plain one and the one of the value clipped to
+    within ``value_clip`` of the actor's (``behaviour``'s value column), as PPO2 clips it. 0:
+    none."""
+    baseline_cost: float = 0.5
+    """Weight of the value loss."""
+    entropy_cost: float = 0.01
+    """Weight of the entropy bonus."""
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+
+
+def ppo_loss(
+    out: np.ndarray,
+    behaviour: np.ndarray,
+    actions: np.ndarray,
+    rewards: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    mask: np.ndarray,
+    *,
+    policy: Literal["categorical", "gaussian"],
+    policy_begin: int,
+    num_actions: int,
+    value_col: int,
+    log_std_begin: int = 0,
+    options: PpoOptions | None = None,
+    value_mean: float = 0.0,
+    value_std: float = 1.0,
+) -> tuple[np.ndarray, dict[str, float]]:
+    """PPO's loss gradient ``dout`` float32 [T+1, N, O] and scalar metrics, natively with the
+    GIL released. Arrays as `actor_critic_loss`'s; ``behaviour`` [T, N, O] is always read (it
+    is mu, and its value column the old value for ``value_clip``).
+
+    ``value_mean``, ``value_std``: running statistics of the value targets when the value head
+    predicts normalised values (V(x) = value_mean + value_std * out_v; the value loss is on
+    (vs - value_mean) / value_std); 0 and 1 for a plain value head.
+
+    Metrics: ``loss``, ``policy_loss``, ``value_loss``, ``entropy``, ``approx_kl`` (mean of
+    (r - 1) - log r), ``clip_fraction``, ``value_clip_fraction``, ``ratio_mean``/``_min``/
+    ``_max``, ``explained_variance`` (1 - Var(vs - V) / Var(vs)), ``mean_advantage`` and
+    ``advantage_std`` (before normalisation), ``mean_value``, ``mean_rho``, ``target_mean``
+    and ``target_sq_mean`` (of vs), ``valid_steps``."""
+    o = PpoOptions() if options is None else options
+    return _native.ppo_loss(
+        out, behaviour, actions, rewards, terminated, truncated, mask,
+        policy=policy, policy_begin=policy_begin, num_actions=num_actions,
+        log_std_begin=log_std_begin, value_col=value_col, gamma=o.gamma, rho_bar=o.rho_bar,
+        c_bar=o.c_bar, value_coef=o.baseline_cost, entropy_coef=o.entropy_cost,
+        clip_eps=o.clip_eps, ratio_clip=o.ratio_clip, advantage=o.advantage,
+        gae_lambda=o.gae_lambda, normalize_advantages=o.normalize_advantages,
+        value_clip=o.value_clip, value_mean=value_mean, value_std=value_std,
+    )  # fmt: skip

@@ -54,7 +54,11 @@ log = logging.getLogger("rlpar")
 
 ENTRY_POINT_GROUP = "rlpar.agents"
 #: rlpar's own agents: name -> entry point (the same lines as in pyproject.toml).
-BUILT_IN_AGENTS = {"a3c": "rlpar.agents.a3c:A3C", "impala": "rlpar.agents.impala:Impala"}
+BUILT_IN_AGENTS = {
+    "a3c": "rlpar.agents.a3c:A3C",
+    "appo": "rlpar.agents.appo:Appo",
+    "impala": "rlpar.agents.impala:Impala",
+}
 
 
 @dataclass(frozen=True)

@@ -314,4 +314,8 @@ def test_a_long_run_keeps_a_bounded_number_of_evaluation_points(monkeypatch, tmp
     monitor.finish(runner.run(on_progress=on_progress, progress_interval_s=0.01))
     monitor.close()
     assert runner.evaluations.count > 2 and len(runner.evaluations) == 2
-    assert len(written) == runner.evaluations.count
+    # More points than are kept reached TensorBoard, each once, in order. (All of them only when
+    # the progress callback runs between every two evaluations, which a busy machine does not
+    # promise: points older than the newest KEEP_POINTS are then dropped unwritten.)
+    assert 2 < len(written) <= runner.evaluations.count
+    assert written == sorted(set(written))

@@ -216,7 +216,7 @@ def test_an_unknown_agent_says_how_to_register_one(project: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     for said in (
         "agent.name: unknown agent 'vpgg' (did you mean 'vpg'?)",
-        "registered agents: a3c, impala, vpg",
+        "registered agents: a3c, appo, impala, vpg",
         "register one with rlpar.register_agent('vpgg', YourAgent, YourConfig) in a module the "
         'experiment file names, plugins = ["my_agent"] for my_agent.py beside the file; this '
         "file's plugins: vpg, or with an entry point in the group 'rlpar.agents'",

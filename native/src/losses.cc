@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -78,6 +79,7 @@ struct Layout {
 struct PolicyTerms {
   std::vector<double> logp_t, entropy_t;  // log pi(a_t|x_t), H(pi(.|x_t))
   std::vector<double> rho_t, c_t, rho_pg_t;  // clipped pi/mu (1 without importance weighting)
+  std::vector<double> ratio_t;                // pi/mu unclipped (1 without importance weighting)
   int64_t valid_steps = 0, clipped = 0;
 };
 
@@ -105,17 +107,24 @@ void check_action(const Layout& l, const void* actions, int64_t t, int64_t n) {
   }
 }
 
+// How phase 1 weighs: off (every ratio 1), or the clips of rho, c (times lambda) and rho_pg.
+struct Clips {
+  bool weighting = false;
+  double rho_bar = 1, c_bar = 1, pg_rho_bar = 1, lambda = 1;
+};
+
 // Phase 1: log pi, entropy and the clipped importance ratios of every valid step.
-PolicyTerms policy_terms(const Layout& l, const float* behaviour, const void* actions,
-                         const uint8_t* mask) {
+PolicyTerms policy_terms(const Layout& l, const Clips& k, const float* behaviour,
+                         const void* actions, const uint8_t* mask) {
   const ActorCriticArgs& a = l.args;
   const int64_t steps = a.T * a.N;
   PolicyTerms p;
   p.logp_t.assign(steps, 0.0);
   p.entropy_t.assign(steps, 0.0);
   p.rho_t.assign(steps, 1.0);
-  p.c_t.assign(steps, 1.0);
+  p.c_t.assign(steps, k.lambda);
   p.rho_pg_t.assign(steps, 1.0);
+  p.ratio_t.assign(steps, 1.0);
   for (int64_t t = 0; t < a.T; ++t) {
     for (int64_t n = 0; n < a.N; ++n) {
       const int64_t i = l.index(t, n);
@@ -124,13 +133,14 @@ PolicyTerms policy_terms(const Layout& l, const float* behaviour, const void* ac
       const StepPolicy pi = step_policy(l, l.row(l.out, t, n), actions, i);
       p.logp_t[i] = pi.logp;
       p.entropy_t[i] = pi.entropy;
-      if (a.importance_weighting) {
+      if (k.weighting) {
         const StepPolicy mu = step_policy(l, l.row(behaviour, t, n), actions, i);
         const double ratio = std::exp(pi.logp - mu.logp);
-        p.rho_t[i] = std::min(a.rho_bar, ratio);
-        p.c_t[i] = std::min(a.c_bar, ratio);
-        p.rho_pg_t[i] = std::min(a.pg_rho_bar, ratio);
-        p.clipped += ratio > a.rho_bar;
+        p.ratio_t[i] = ratio;
+        p.rho_t[i] = std::min(k.rho_bar, ratio);
+        p.c_t[i] = k.lambda * std::min(k.c_bar, ratio);
+        p.rho_pg_t[i] = std::min(k.pg_rho_bar, ratio);
+        p.clipped += ratio > k.rho_bar;
       }
       p.valid_steps += 1;
     }
@@ -138,18 +148,30 @@ PolicyTerms policy_terms(const Layout& l, const float* behaviour, const void* ac
   return p;
 }
 
-// Phase 2: V-trace targets vs_t and advantages A_t, last step first (see losses.h).
-Targets targets(const Layout& l, const PolicyTerms& p, const float* r_t,
-                const uint8_t* terminated, const uint8_t* truncated, const uint8_t* mask) {
+// V(x_t) [T+1, N] from the value column: value_mean + value_std * out_v.
+std::vector<double> state_values(const Layout& l, double value_mean, double value_std) {
+  const ActorCriticArgs& a = l.args;
+  std::vector<double> v((a.T + 1) * a.N);
+  for (int64_t t = 0; t <= a.T; ++t) {
+    for (int64_t n = 0; n < a.N; ++n) v[l.index(t, n)] = value_mean + value_std * l.value(t, n);
+  }
+  return v;
+}
+
+// Phase 2: V-trace targets vs_t and advantages A_t, last step first (see losses.h), on the
+// state values v [T+1, N].
+Targets targets(const Layout& l, const PolicyTerms& p, const std::vector<double>& v,
+                const float* r_t, const uint8_t* terminated, const uint8_t* truncated,
+                const uint8_t* mask) {
   const ActorCriticArgs& a = l.args;
   Targets g;
   g.vs_t.assign(a.T * a.N, 0.0);
   g.adv_t.assign(a.T * a.N, 0.0);
   for (int64_t n = 0; n < a.N; ++n) {
-    double vs_tp1 = l.value(a.T, n);
+    double vs_tp1 = v[l.index(a.T, n)];
     for (int64_t t = a.T - 1; t >= 0; --t) {
       const int64_t i = l.index(t, n);
-      const double v_t = l.value(t, n), v_tp1 = l.value(t + 1, n);
+      const double v_t = v[i], v_tp1 = v[l.index(t + 1, n)];
       if (!mask[i]) {
         g.vs_t[i] = v_t;  // never read: the step before an autoreset step ends its episode
         vs_tp1 = v_t;
@@ -257,6 +279,134 @@ ActorCriticMetrics metrics(const Layout& l, const PolicyTerms& p, const Targets&
   return m;
 }
 
+
+// ---------------------------------------------------------------------------- PPO (APPO)
+
+void check_ppo(const PpoArgs& a) {
+  check(a.base);
+  auto fail = [](const std::string& m) { throw std::invalid_argument(m); };
+  if (!(a.clip_eps > 0)) fail("clip_eps must be > 0");
+  if (!(a.lambda >= 0 && a.lambda <= 1)) fail("lambda must be in [0, 1]");
+  if (!(a.value_clip >= 0)) fail("value_clip must be >= 0");
+  if (!(a.value_std > 0) || !std::isfinite(a.value_std) || !std::isfinite(a.value_mean)) {
+    fail("value_std must be a finite number > 0 and value_mean finite");
+  }
+}
+
+// The advantages A_t (VTrace or Gae, see losses.h) and their normalised Â_t (valid steps).
+struct PpoAdvantages {
+  std::vector<double> adv_t, norm_t;
+  double mean = 0, std = 0;
+};
+
+PpoAdvantages ppo_advantages(const PpoArgs& a, const PolicyTerms& p, const Targets& g,
+                             const std::vector<double>& v, const uint8_t* mask) {
+  const int64_t steps = a.base.T * a.base.N;
+  PpoAdvantages s;
+  s.adv_t = g.adv_t;
+  if (a.advantage == Advantage::Gae) {
+    for (int64_t i = 0; i < steps; ++i) s.adv_t[i] = mask[i] ? g.vs_t[i] - v[i] : 0.0;
+  }
+  const double scale = p.valid_steps > 0 ? 1.0 / static_cast<double>(p.valid_steps) : 0.0;
+  for (int64_t i = 0; i < steps; ++i) s.mean += mask[i] ? s.adv_t[i] : 0.0;
+  s.mean *= scale;
+  for (int64_t i = 0; i < steps; ++i) {
+    if (mask[i]) s.std += (s.adv_t[i] - s.mean) * (s.adv_t[i] - s.mean);
+  }
+  s.std = std::sqrt(s.std * scale);
+  s.norm_t = s.adv_t;
+  if (a.normalize_advantages) {
+    for (int64_t i = 0; i < steps; ++i) {
+      s.norm_t[i] = mask[i] ? (s.adv_t[i] - s.mean) / (s.std + 1e-8) : 0.0;
+    }
+  }
+  return s;
+}
+
+// Phases 3 and 4 of PPO: dout and the metrics, one pass over the valid steps.
+PpoMetrics ppo_gradients(const Layout& l, const PpoArgs& a, const PolicyTerms& p,
+                         const Targets& g, const PpoAdvantages& adv, const std::vector<double>& v,
+                         const float* behaviour, const void* actions, const uint8_t* mask,
+                         float* dout) {
+  const ActorCriticArgs& b = a.base;
+  std::memset(dout, 0, sizeof(float) * (b.T + 1) * b.N * b.O);
+  const double scale = p.valid_steps > 0 ? 1.0 / static_cast<double>(p.valid_steps) : 0.0;
+  const double hi = 1.0 + a.clip_eps;
+  const double lo = a.clip == RatioClip::Symmetric ? 1.0 - a.clip_eps : 1.0 / (1.0 + a.clip_eps);
+  std::vector<double> probs(l.categorical() ? b.num_actions : 0);
+  PpoMetrics m;
+  m.valid_steps = p.valid_steps;
+  m.ratio_min = p.valid_steps > 0 ? std::numeric_limits<double>::infinity() : 1.0;
+  m.ratio_max = p.valid_steps > 0 ? -std::numeric_limits<double>::infinity() : 1.0;
+  double res_sq = 0, res_sum = 0;  // of vs - V, for the explained variance
+  int64_t clipped = 0, value_clipped = 0;
+  for (int64_t t = 0; t < b.T; ++t) {
+    for (int64_t n = 0; n < b.N; ++n) {
+      const int64_t i = l.index(t, n);
+      if (!mask[i]) continue;
+      const float* o = l.row(l.out, t, n);
+      float* d = dout + i * b.O;
+      // Policy: -min(r Â, clip(r) Â); its gradient w.r.t. log pi is -r Â where the unclipped
+      // term is the smaller (or they are equal), 0 where the clip binds.
+      const double r = p.ratio_t[i], an = adv.norm_t[i];
+      const double rc = std::min(hi, std::max(lo, r));
+      const bool active = r * an <= rc * an;
+      const double weight = active ? r * an : 0.0;
+      if (l.categorical()) {
+        const int64_t action = static_cast<const int64_t*>(actions)[i];
+        categorical_grad(b, o + b.policy_begin, action, weight, p.entropy_t[i], scale,
+                         probs.data(), d);
+      } else {
+        const float* act = static_cast<const float*>(actions) + i * b.num_actions;
+        gaussian_grad(b, o, act, weight, scale, d);
+      }
+      // Value: 0.5 (out_v - y)^2, or the larger of it and the clipped term.
+      const double out_v = o[b.value_col];
+      const double y = (g.vs_t[i] - a.value_mean) / a.value_std;
+      double lv = 0.5 * (out_v - y) * (out_v - y), dv = out_v - y;
+      if (a.value_clip > 0) {
+        const double old_v = l.row(behaviour, t, n)[b.value_col];
+        const double vc = old_v + std::min(a.value_clip, std::max(-a.value_clip, out_v - old_v));
+        const double lc = 0.5 * (vc - y) * (vc - y);
+        if (lc > lv) {  // the clip binds (inside it the two terms are equal): no gradient
+          lv = lc;
+          dv = 0.0;
+          value_clipped += 1;
+        }
+      }
+      d[b.value_col] = static_cast<float>(b.value_coef * dv * scale);
+      // Metrics.
+      m.policy_loss += -std::min(r * an, rc * an);
+      m.value_loss += lv;
+      m.entropy += p.entropy_t[i];
+      m.approx_kl += (r - 1.0) - std::log(r);
+      clipped += r < lo || r > hi;
+      m.ratio_mean += r;
+      m.ratio_min = std::min(m.ratio_min, r);
+      m.ratio_max = std::max(m.ratio_max, r);
+      m.mean_rho += p.rho_t[i];
+      m.mean_value += v[i];
+      m.target_mean += g.vs_t[i];
+      m.target_sq_mean += g.vs_t[i] * g.vs_t[i];
+      res_sum += g.vs_t[i] - v[i];
+      res_sq += (g.vs_t[i] - v[i]) * (g.vs_t[i] - v[i]);
+    }
+  }
+  for (double* x : {&m.policy_loss, &m.value_loss, &m.entropy, &m.approx_kl, &m.ratio_mean,
+                    &m.mean_rho, &m.mean_value, &m.target_mean, &m.target_sq_mean}) {
+    *x *= scale;
+  }
+  m.clip_fraction = static_cast<double>(clipped) * scale;
+  m.value_clip_fraction = static_cast<double>(value_clipped) * scale;
+  m.mean_advantage = adv.mean;
+  m.advantage_std = adv.std;
+  const double var_y = m.target_sq_mean - m.target_mean * m.target_mean;
+  const double var_res = res_sq * scale - (res_sum * scale) * (res_sum * scale);
+  m.explained_variance = var_y > 1e-12 ? 1.0 - var_res / var_y : 0.0;
+  m.loss = m.policy_loss + b.value_coef * m.value_loss - b.entropy_coef * m.entropy;
+  return m;
+}
+
 }  // namespace
 
 ActorCriticMetrics actor_critic_loss(const ActorCriticArgs& args, const float* out,
@@ -265,10 +415,26 @@ ActorCriticMetrics actor_critic_loss(const ActorCriticArgs& args, const float* o
                                      const uint8_t* truncated, const uint8_t* mask, float* dout) {
   check(args);
   const Layout layout{args, out};
-  const PolicyTerms terms = policy_terms(layout, behaviour, actions, mask);
-  const Targets targets_t = targets(layout, terms, rewards, terminated, truncated, mask);
+  const Clips clips{args.importance_weighting, args.rho_bar, args.c_bar, args.pg_rho_bar, 1.0};
+  const PolicyTerms terms = policy_terms(layout, clips, behaviour, actions, mask);
+  const Targets targets_t = targets(layout, terms, state_values(layout, 0.0, 1.0), rewards,
+                                    terminated, truncated, mask);
   output_gradients(layout, terms, targets_t, actions, mask, dout);
   return metrics(layout, terms, targets_t, mask);
+}
+
+PpoMetrics ppo_loss(const PpoArgs& args, const float* out, const float* behaviour,
+                    const void* actions, const float* rewards, const uint8_t* terminated,
+                    const uint8_t* truncated, const uint8_t* mask, float* dout) {
+  check_ppo(args);
+  const Layout layout{args.base, out};
+  const Clips clips{true, args.base.rho_bar, args.base.c_bar, 1.0, args.lambda};
+  PolicyTerms terms = policy_terms(layout, clips, behaviour, actions, mask);
+  terms.rho_pg_t.assign(terms.rho_pg_t.size(), 1.0);  // the surrogate's r_t weighs step t
+  const std::vector<double> v = state_values(layout, args.value_mean, args.value_std);
+  const Targets g = targets(layout, terms, v, rewards, terminated, truncated, mask);
+  const PpoAdvantages adv = ppo_advantages(args, terms, g, v, mask);
+  return ppo_gradients(layout, args, terms, g, adv, v, behaviour, actions, mask, dout);
 }
 
 }  // namespace rlpar::losses

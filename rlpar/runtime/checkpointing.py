@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rlpar.agent import LearnerState
 from rlpar.checkpoint import (
     Checkpoint,
@@ -29,7 +31,14 @@ from rlpar.nn import Net
 from rlpar.runtime.common import ActorHandle
 from rlpar.runtime.counters import RunCounters
 
-__all__ = ["Checkpointer", "PeriodicCheckpoint", "open_resume", "restore_actors", "restore_learner"]
+__all__ = [
+    "Checkpointer",
+    "PeriodicCheckpoint",
+    "learner_rng",
+    "open_resume",
+    "restore_actors",
+    "restore_learner",
+]
 
 log = logging.getLogger("rlpar")
 
@@ -53,6 +62,13 @@ def restore_learner(state: LearnerState, net: Net, ckpt: Checkpoint, path: Path)
     state.optimizer.load_state_dict(ckpt.optimizer)
     state.steps = int(ckpt.counters["learner_steps"])
     state.extra = dict(ckpt.extra.get("agent", {}))
+    if "learner" in ckpt.rng_states:  # checkpoints before LearnerState.rng have none
+        state.rng.bit_generator.state = ckpt.rng_states["learner"]
+
+
+def learner_rng(seed: int) -> np.random.Generator:
+    """`LearnerState.rng` of a run with ``seed``: a stream of its own (not an actor's)."""
+    return np.random.default_rng([seed, 0x1EA])
 
 
 def restore_actors(actors: Sequence[ActorHandle], ckpt: Checkpoint) -> None:
@@ -126,6 +142,7 @@ class Checkpointer:
                 "generation": self.generation,
             },
             rng_states={
+                "learner": state.rng.bit_generator.state,
                 "actors": [rng["numpy"] for rng, _ in saved],
                 "samplers": [rng["sampler"] for rng, _ in saved],
             },

@@ -50,6 +50,7 @@ from rlpar.runtime.actor import LocalActors
 from rlpar.runtime.checkpointing import (
     Checkpointer,
     PeriodicCheckpoint,
+    learner_rng,
     open_resume,
     restore_actors,
     restore_learner,
@@ -129,10 +130,12 @@ class Runner:
         """Envs (or Ray actor processes) -> spaces -> net -> learner state (restored on resume)
         -> snapshot store with the first version -> actors."""
         cfg = self.cfg
+        self.agent.check_runtime(cfg)
         backend = self._start_backend()
         self.net = Net(self.agent.net_spec(*backend.spaces))
         params = self.net.init_params(seed=cfg.seed)
         self.state: LearnerState = self.agent.init_state(self.net, params)
+        self.state.rng = learner_rng(cfg.seed)
         if resumed is not None and self.resumed_from is not None:
             restore_learner(self.state, self.net, resumed, self.resumed_from)
         # Each actor (and the evaluator) pins at most one snapshot at a time; +2 so no publish is

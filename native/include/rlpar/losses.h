@@ -59,4 +59,60 @@ ActorCriticMetrics actor_critic_loss(const ActorCriticArgs& a, const float* out,
                                      const float* rewards, const uint8_t* terminated,
                                      const uint8_t* truncated, const uint8_t* mask, float* dout);
 
+// PPO's clipped surrogate on asynchronous rollouts (APPO: Schulman et al. 2017 on IMPALA's
+// actors, as Sample Factory and IMPACT run it). The ratio is against the behaviour policy mu
+// that acted, so one call needs nothing but the minibatch and the current outputs:
+//
+//   r_t     = pi(a_t|x_t) / mu(a_t|x_t)
+//   V(x)    = value_mean + value_std * out_v(x)          (out_v: the value head, normalised)
+//   vs_t    = V-trace targets as above, with rho_t = min(rho_bar, r_t) and the traces
+//             c_t = lambda min(c_bar, r_t)
+//   A_t     = r_t + gb_t vnext_t - V(x_t)        advantage = VTrace (IMPALA's, without rho_pg:
+//                                                the surrogate's r_t is the weight at step t)
+//           = vs_t - V(x_t)                      advantage = Gae: GAE(lambda) on the truncated
+//                                                importance weights (on-policy: GAE exactly)
+//   Â_t     = (A_t - mean A) / (std A + 1e-8)    normalize_advantages, over the valid steps
+//   L_pg    = -min(r_t Â_t, clip(r_t, lo, hi) Â_t)    [lo, hi] = [1 - eps, 1 + eps] (Symmetric)
+//                                                 or [1 / (1 + eps), 1 + eps] (Reciprocal)
+//   y_t     = (vs_t - value_mean) / value_std     the value target, normalised
+//   L_v     = 0.5 (out_v - y_t)^2, or with value_clip > 0 and the actor's value out_v^mu:
+//             0.5 max((out_v - y_t)^2, (out_v^mu + clip(out_v - out_v^mu, -value_clip,
+//             value_clip) - y_t)^2)
+//   L       = mean_t [ L_pg + value_coef L_v - entropy_coef H_t ]      over the valid steps
+//
+// vs_t, A_t, Â_t and y_t are targets (no gradient flows through them).
+enum class Advantage { VTrace, Gae };
+enum class RatioClip { Symmetric, Reciprocal };
+
+struct PpoArgs {
+  // Layout, gamma, rho_bar, c_bar, value_coef, entropy_coef as above (importance_weighting and
+  // pg_rho_bar are not read: the ratio always weighs, and the surrogate clips it).
+  ActorCriticArgs base;
+  double clip_eps = 0.2;
+  RatioClip clip = RatioClip::Symmetric;
+  Advantage advantage = Advantage::VTrace;
+  double lambda = 1.0;
+  bool normalize_advantages = true;
+  double value_clip = 0.0;  // 0: no value clipping
+  double value_mean = 0.0, value_std = 1.0;
+};
+
+struct PpoMetrics {
+  double loss = 0, policy_loss = 0, value_loss = 0, entropy = 0;
+  double approx_kl = 0;            // mean of (r - 1) - log r, Schulman's low-variance estimator
+  double clip_fraction = 0;        // share of steps with r outside [lo, hi]
+  double value_clip_fraction = 0;  // share of steps whose clipped value term is the larger
+  double ratio_mean = 0, ratio_min = 0, ratio_max = 0;
+  double explained_variance = 0;   // 1 - Var(vs - V) / Var(vs), denormalised values
+  double mean_advantage = 0, advantage_std = 0;  // A_t before normalisation
+  double mean_value = 0, mean_rho = 0;
+  double target_mean = 0, target_sq_mean = 0;    // of vs_t: what running value statistics need
+  int64_t valid_steps = 0;
+};
+
+// Arrays as for actor_critic_loss; behaviour is always read (it is mu).
+PpoMetrics ppo_loss(const PpoArgs& a, const float* out, const float* behaviour,
+                    const void* actions, const float* rewards, const uint8_t* terminated,
+                    const uint8_t* truncated, const uint8_t* mask, float* dout);
+
 }  // namespace rlpar::losses
