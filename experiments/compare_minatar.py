@@ -1,4 +1,4 @@
-"""MinAtar Breakout: rlpar IMPALA vs Stable-Baselines3 PPO (and A2C), same machine, same frames.
+"""MinAtar Breakout: rlpar IMPALA and APPO vs Stable-Baselines3 PPO (and A2C), same machine.
 
 Both sides play ``MinAtar/Breakout-v0`` exactly as ``minatar_breakout_suite.toml`` sets it up (the
 env id, setup hook and kwargs are read from that file: all 6 actions, sticky actions 0.1,
@@ -11,7 +11,9 @@ run gets a fixed wall-clock budget and is measured twice:
   run does it itself through the config's ``[eval]`` section; the SB3 child plays the same
   quotas on 16 envs the same way, outside the budget).
 
-rlpar runs ``rlpar train experiments/minatar_breakout_suite.toml`` with the budget as
+rlpar runs ``rlpar train experiments/minatar_breakout_suite.toml`` (IMPALA, method "impala")
+or ``experiments/minatar_breakout_appo.toml`` (APPO, method "appo"; the same game settings),
+each agent with its committed config, with the budget as
 ``runtime.max_wall_s`` (``total_env_steps`` raised so the budget, not the 5M frames, ends it;
 evaluations during training off, as SB3 does none); its time to 10 is read from the run's
 TensorBoard ``return/mean`` events, whose wall times count from the config event written just
@@ -68,6 +70,7 @@ else:  # Python 3.10: tomli, an rlpar dependency there
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "minatar_breakout_suite.toml"
+RLPAR_CONFIGS = {"impala": CONFIG, "appo": HERE / "minatar_breakout_appo.toml"}
 TARGET = 10.0
 WINDOW = 20
 LOCK = "/tmp/rlpar-bench.lock"
@@ -242,8 +245,8 @@ def time_to_target(run_dir: Path) -> tuple[float | None, int | None]:
     return None, None
 
 
-def run_rlpar(seed: int, budget: float, lock: bool) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "rlpar", "train", str(CONFIG), "--json", "--quiet",
+def run_rlpar(agent: str, seed: int, budget: float, lock: bool) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "rlpar", "train", str(RLPAR_CONFIGS[agent]), "--json", "--quiet",
            "--set", f"runtime.seed={seed}", "--set", f"runtime.max_wall_s={budget}",
            "--set", "runtime.total_env_steps=1_000_000_000", "--set", "runtime.target_return=none",
            "--set", "eval.interval_env_steps=none",
@@ -317,8 +320,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--budget", type=float, default=300.0, help="wall seconds per run")
-    parser.add_argument("--methods", nargs="+", default=["rlpar", "ppo"],
-                        choices=["rlpar", "ppo", "a2c"])  # fmt: skip
+    parser.add_argument("--methods", nargs="+", default=["impala", "appo", "ppo"],
+                        choices=["impala", "appo", "rlpar", "ppo", "a2c"],
+                        help='"rlpar" is "impala" (its name before APPO)')  # fmt: skip
     parser.add_argument("--torch-threads", type=int, default=2)
     parser.add_argument("--no-lock", action="store_true", help="do not wrap runs in flock")
     parser.add_argument("--out", type=Path, help="also write the raw results here (JSON)")
@@ -344,13 +348,19 @@ def main() -> None:
             r = run_sb3("ppo", args.seeds[0], args.probe, threads, not args.no_lock)
             print(f"torch threads {threads}: {r['env_steps'] / r['wall_s']:,.0f} env steps/s")
         return
-    names = {"rlpar": "rlpar IMPALA (suite config)", "ppo": "SB3 PPO", "a2c": "SB3 A2C"}
+    names = {
+        "impala": "rlpar IMPALA (suite config)",
+        "appo": "rlpar APPO",
+        "ppo": "SB3 PPO",
+        "a2c": "SB3 A2C",
+    }
+    args.methods = ["impala" if m == "rlpar" else m for m in args.methods]
     results: dict[str, list[tuple[int, dict[str, Any]]]] = {names[m]: [] for m in args.methods}
     lock = not args.no_lock
     for seed in args.seeds:  # alternate: every method once per seed, in turn
         for method in args.methods:
-            if method == "rlpar":
-                r = run_rlpar(seed, args.budget, lock)
+            if method in RLPAR_CONFIGS:
+                r = run_rlpar(method, seed, args.budget, lock)
             else:
                 r = run_sb3(method, seed, args.budget, args.torch_threads, lock)
             results[names[method]].append((seed, r))
