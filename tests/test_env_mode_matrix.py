@@ -146,6 +146,23 @@ def test_each_env_mode_trains_evaluates_and_resumes(tmp_path: Path, mode: str, l
     train_evaluate_resume(config)
 
 
+@pytest.mark.parametrize("mode", list(MODES), ids=[f"{m}-appo-lstm" for m in MODES])
+def test_appo_trains_evaluates_and_resumes_on_each_env_mode(tmp_path: Path, mode: str) -> None:
+    """APPO's epochs x minibatches (whole unrolls of an LSTM) on every env mode, the same whole
+    path as IMPALA's cells."""
+    needs = MODES[mode][2]
+    if needs is not None and importlib.util.find_spec(needs) is None:
+        pytest.skip(f"{needs} is not installed (an optional extra)")
+    config = write_config(tmp_path, mode, True, steps=2000)
+    text = config.read_text().replace(
+        'name = "impala"', 'name = "appo"\nepochs = 2\nminibatches = 2'
+    )
+    config.write_text(text)
+    if MODES[mode][1].startswith("ALE/"):
+        _atari_episode_cap(config)
+    train_evaluate_resume(config)
+
+
 def train_evaluate_resume(config: Path) -> None:
     """Train (until an evaluation during the run has finished), evaluate the run directory,
     resume from it for a few hundred env steps more."""

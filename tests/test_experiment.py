@@ -62,6 +62,7 @@ def test_every_shipped_experiment_loads_and_round_trips(path: Path, tmp_path: Pa
     exp = load_experiment(path)
     again = load_experiment(write(tmp_path, to_toml(exp.to_dict())))
     assert again == exp
+    exp.make_agent().check_runtime(exp.runtime)  # e.g. APPO's minibatches divide the batch
 
 
 def test_the_resolved_toml_keeps_none_and_non_defaults(tmp_path: Path) -> None:

@@ -212,6 +212,20 @@ def test_ray_backend_learns_cartpole_within_a_step_budget(cluster) -> None:
     assert result.env_steps <= budget + 2 * 8 * 16 * 4  # a few rollouts in flight at the stop
 
 
+def test_appo_learns_cartpole_on_ray(cluster) -> None:
+    """APPO's epochs x minibatches run on the learner as with threads; the actor processes
+    only act. Its committed CartPole settings, within the same step budget as IMPALA's."""
+    budget = 300_000
+    agent = rlpar.make_agent("appo", {"epochs": 6, "minibatches": 4, "optim": {"lr": 0.002}})
+    with deadline(150):
+        runner = Runner(agent, EnvConfig("CartPole-v1"), ray_runtime(cluster.address,
+                        unroll_length=32, buffers_per_actor=1, total_env_steps=budget,
+                        target_return=150.0))  # fmt: skip
+        result = runner.run()
+    assert result.stopped_by == "target_return", result
+    assert result.mean_return is not None and result.mean_return >= 150, result
+
+
 def test_every_ray_socket_is_on_loopback(cluster) -> None:
     if shutil.which("ss") is None:
         pytest.skip("needs ss (iproute2)")
