@@ -169,7 +169,6 @@ class Appo(ActorCriticAgent):
     def __init__(self, config: AppoConfig) -> None:
         super().__init__(config)
         self.ppo_options = config.ppo_options()
-        self._value_stats = (0.0, 1.0)  # (mean, std) the loss reads; set by learn
 
     def check_runtime(self, runtime: rlpar.RuntimeConfig) -> None:
         n = runtime.batch_columns
@@ -181,21 +180,28 @@ class Appo(ActorCriticAgent):
                 f"{self.config.minibatches}"
             )
 
+    def native_options(self) -> rlpar.PpoOptions:
+        return self.ppo_options
+
     def learn(self, net: rlpar.Net, state: rlpar.LearnerState, batch: rlpar.Batch) -> dict:
-        c, pool = self.config, state.pool  # pool: the learner's threads, or None
+        c = self.config
         c.optim.schedule(state, batch)  # this batch's learning rate
         stats = self._restore_value_stats(state)
+        loss, data = self.step_loss(batch)  # the native PPO loss, the loss's rewards
         parts: list[dict[str, float]] = []
         for epoch in range(c.epochs):
-            for mb in rlpar.minibatches(batch, c.minibatches, state.rng, key="agent.minibatches"):
-                self._value_stats = (stats.mean, stats.std) if stats else (0.0, 1.0)
-                # out = net(x_0..x_T) -> targets, clipped surrogate (self.loss) -> backward
-                grad, metrics = rlpar.loss_gradient(net, state.params, mb, self.loss, pool)
-                metrics["grad_norm"] = norm = rlpar.clip_grad_norm(
-                    grad, c.optim.max_grad_norm, pool
-                )
-                if not rlpar.skip_nonfinite_step(state, norm):  # a NaN/inf gradient: skip, count
-                    state.optimizer.step(state.params, grad, pool)
+            order = rlpar.minibatch_columns(
+                batch, c.minibatches, state.rng, key="agent.minibatches"
+            )
+            for cols in order:
+                value = (stats.mean, stats.std) if stats else (0.0, 1.0)
+                self.native_loss.value_mean, self.native_loss.value_std = value
+                # out = net(x_0..x_T) -> targets, clipped surrogate -> backward -> clip ->
+                # optimizer on the minibatch's columns, one native call
+                metrics = rlpar.train_step(
+                    net, state, data, loss, max_grad_norm=c.optim.max_grad_norm,
+                    columns=cols if len(order) > 1 else None,
+                )  # fmt: skip
                 if stats is not None and epoch == 0:  # each target counted once
                     stats.update(
                         metrics["target_mean"], metrics["target_sq_mean"], metrics["valid_steps"]
@@ -212,25 +218,6 @@ class Appo(ActorCriticAgent):
         out["nonfinite_grad_steps"] = state.extra.get("nonfinite_grad_steps", 0)
         out["learning_rate"] = state.optimizer.lr
         return out
-
-    def loss(
-        self, net: rlpar.Net, out: np.ndarray, batch: rlpar.Batch
-    ) -> tuple[np.ndarray, dict[str, float]]:
-        """An `rlpar.Loss`: PPO's clipped surrogate, value and entropy losses on ``out``
-        float32 [T+1, N, O] in one native call (`rlpar.ppo_loss`, against the behaviour
-        policy in ``batch.behaviour``); plus `bound_penalty` for a Gaussian policy with
-        bounded actions. Returns (dout [T+1, N, O], metrics)."""
-        layout = self.layout
-        mean, std = self._value_stats
-        dout, metrics = rlpar.ppo_loss(
-            out, batch.behaviour, batch.actions, self.config.loss_rewards(batch.rewards),
-            batch.terminated, batch.truncated, batch.mask,
-            policy=layout.kind, policy_begin=layout.begin, num_actions=layout.num_actions,
-            log_std_begin=layout.log_std_begin, value_col=layout.value_col,
-            options=self.ppo_options, value_mean=mean, value_std=std,
-        )  # fmt: skip
-        self.add_bound_penalty(out, batch, dout, metrics)
-        return dout, metrics
 
     def _restore_value_stats(self, state: rlpar.LearnerState) -> RunningStats | None:
         """The running value statistics (None without `normalize_values`); a resumed state
@@ -256,6 +243,6 @@ def _combine(parts: list[dict[str, float]]) -> dict[str, float]:
     keys = parts[0].keys()
     return {
         k: float(_EXTREMES[k](p[k] for p in parts)) if k in _EXTREMES
-        else float(np.mean([p[k] for p in parts]))
+        else math.fsum(p[k] for p in parts) / len(parts)
         for k in keys
     }  # fmt: skip

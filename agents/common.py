@@ -105,7 +105,7 @@ def _torso_spec(obs_space: gym.Space, action_space: gym.Space, cfg: NetConfig) -
 @dataclass
 class PolicyLayout:
     """Where the policy and value live in the net's output row (and, for a Gaussian policy,
-    the action bounds its mean is kept within by `bound_penalty`)."""
+    the action bounds its mean is kept within by `rlpar.bound_penalty`)."""
 
     kind: Literal["categorical", "gaussian"]
     begin: int
@@ -247,27 +247,6 @@ class ActorCriticConfig:
         return rewards if self.reward_scale == 1.0 else rewards * np.float32(self.reward_scale)
 
 
-def bound_penalty(
-    mean: np.ndarray, mask: np.ndarray, low: np.ndarray, high: np.ndarray, cost: float
-) -> tuple[float, np.ndarray]:
-    """How far a Gaussian policy's mean [T, N, A] lies outside the action bounds [A]:
-    ``cost * sum_a max(0, |mean - centre| - half_width)^2``, averaged over the valid steps
-    (``mask`` [T, N]); returns (loss, its gradient w.r.t. ``mean``, float32 [T, N, A]).
-
-    Why: actions are clipped to the bounds on their way to the env, so where the mean is far
-    outside them every sample is clipped, the return no longer depends on the action, and the
-    policy gradient is noise there: the mean drifts with nothing pulling it back. This term
-    pulls it back to where actions matter."""
-    centre = (high + low) / 2
-    half = (high - low) / 2
-    offset = mean.astype(np.float64) - centre
-    excess = np.maximum(np.abs(offset) - half, 0.0) * mask[..., None]
-    valid = max(1.0, float(mask.sum()))
-    loss = cost * float((excess**2).sum()) / valid
-    grad = (2 * cost / valid) * excess * np.sign(offset)
-    return loss, grad.astype(np.float32)
-
-
 class ActorCriticAgent(rlpar.Agent):
     """What A3C and IMPALA share around their learner step: the net for the spaces, acting
     by sampling the policy head, and `loss`. A subclass sets ``Config`` (an
@@ -291,7 +270,16 @@ class ActorCriticAgent(rlpar.Agent):
         if self._bounds is not None:
             self.layout.low, self.layout.high = self._bounds
         self.native_sampling = self.layout.kind == "categorical"  # act() samples the softmax
+        low, high = self._bounds if self._bounds is not None else (None, None)
+        self.native_loss = rlpar.NativeLoss.for_net(
+            net, self.native_options(), action_low=low, action_high=high,
+            bound_cost=self.config.action_bound_cost,
+        )  # fmt: skip
         return rlpar.LearnerState(params=params, optimizer=self.config.optim.make(net.num_params))
+
+    def native_options(self) -> rlpar.LossOptions | rlpar.PpoOptions:
+        """The options of the agent's `rlpar.NativeLoss`."""
+        return self.loss_options
 
     def act(self, net: rlpar.Net, out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return sample_actions(self.layout, out, rng)
@@ -303,35 +291,21 @@ class ActorCriticAgent(rlpar.Agent):
         self, net: rlpar.Net, out: np.ndarray, batch: rlpar.Batch
     ) -> tuple[np.ndarray, dict[str, float]]:
         """An `rlpar.Loss`: from ``out`` float32 [T+1, N, O] (pi and V at x_0..x_T), the
-        targets (n-step returns or V-trace, as ``loss_options`` say) and the policy, baseline
-        and entropy losses on the rewards as `ActorCriticConfig.loss_rewards` makes them, in
-        one native call (`rlpar.actor_critic_loss`); plus `bound_penalty` for a Gaussian
-        policy with bounded actions. Returns (dout [T+1, N, O], metrics)."""
-        c, layout = self.config, self.layout
-        dout, metrics = rlpar.actor_critic_loss(
-            out, batch.behaviour, batch.actions, c.loss_rewards(batch.rewards),
-            batch.terminated, batch.truncated, batch.mask,
-            policy=layout.kind, policy_begin=layout.begin, num_actions=layout.num_actions,
-            log_std_begin=layout.log_std_begin, value_col=layout.value_col,
-            options=self.loss_options,
-        )  # fmt: skip
-        self.add_bound_penalty(out, batch, dout, metrics)
-        return dout, metrics
+        agent's `rlpar.NativeLoss` (targets, policy, baseline and entropy losses in one native
+        call, plus `rlpar.bound_penalty` for a Gaussian policy with bounded actions) on the
+        rewards as `ActorCriticConfig.loss_rewards` makes them. Returns (dout [T+1, N, O],
+        metrics)."""
+        return self.native_loss(net, out, self.loss_batch(batch))
 
-    def add_bound_penalty(
-        self, out: np.ndarray, batch: rlpar.Batch, dout: np.ndarray, metrics: dict[str, float]
-    ) -> None:
-        """A Gaussian policy with bounded actions: add `bound_penalty` on the means in ``out``
-        [T+1, N, O] to ``dout`` (same shape, in place) and to ``metrics["loss"]``; nothing
-        otherwise."""
-        c, layout = self.config, self.layout
-        if c.action_bound_cost > 0 and layout.kind == "gaussian" and layout.low is not None:
-            assert layout.high is not None
-            t_len = batch.unroll_length
-            cols = slice(layout.begin, layout.begin + layout.num_actions)
-            bound_loss, dmean = bound_penalty(
-                out[:t_len, :, cols], batch.mask, layout.low, layout.high, c.action_bound_cost
-            )
-            dout[:t_len, :, cols] += dmean
-            metrics["bound_loss"] = bound_loss
-            metrics["loss"] += bound_loss
+    def loss_batch(self, batch: rlpar.Batch) -> rlpar.Batch:
+        """``batch`` with its rewards as the loss sees them (`ActorCriticConfig.loss_rewards`)."""
+        rewards = self.config.loss_rewards(batch.rewards)
+        return batch if rewards is batch.rewards else replace(batch, rewards=rewards)
+
+    def step_loss(self, batch: rlpar.Batch) -> tuple[rlpar.Loss, rlpar.Batch]:
+        """What `learn` hands `rlpar.train_step`: the agent's `rlpar.NativeLoss` and the
+        batch with the loss's rewards (one native call per optimizer step), or, when a
+        subclass has its own `loss`, that one and the batch as it came."""
+        if type(self).loss is ActorCriticAgent.loss:
+            return self.native_loss, self.loss_batch(batch)
+        return self.loss, batch

@@ -64,14 +64,13 @@ class Impala(ActorCriticAgent):
     Config = ImpalaConfig
 
     def learn(self, net: rlpar.Net, state: rlpar.LearnerState, batch: rlpar.Batch) -> dict:
-        c, pool = self.config, state.pool  # pool: the learner's threads, or None
+        c = self.config
         c.optim.schedule(state, batch)  # this batch's learning rate
+        loss, batch = self.step_loss(batch)  # the native V-trace loss, the loss's rewards
         for _ in range(c.passes):
-            # out = net(x_0..x_T) -> V-trace targets -> losses (self.loss) -> backward
-            grad, metrics = rlpar.loss_gradient(net, state.params, batch, self.loss, pool)
-            metrics["grad_norm"] = norm = rlpar.clip_grad_norm(grad, c.optim.max_grad_norm, pool)
-            if not rlpar.skip_nonfinite_step(state, norm):  # a NaN/inf gradient: skip, count
-                state.optimizer.step(state.params, grad, pool)
+            # out = net(x_0..x_T) -> V-trace targets -> losses -> backward -> clip -> optimizer,
+            # one native call; a NaN/inf gradient skips the step and is counted
+            metrics = rlpar.train_step(net, state, batch, loss, max_grad_norm=c.optim.max_grad_norm)
         metrics["nonfinite_grad_steps"] = state.extra.get("nonfinite_grad_steps", 0)
         metrics["learning_rate"] = state.optimizer.lr
         return metrics

@@ -10,9 +10,11 @@ Public API (everything a user or a plug-in agent needs is importable from here):
 - the agent seam and runtime: `Agent`, `LearnerState`, `Rollout`, `Batch`, `Runner`, `RunResult`,
   `Progress`, configs `EnvConfig`, `RuntimeConfig`, `EvalConfig`;
 - the learner step: `loss_gradient` (forward -> an agent's `Loss` -> backward, over the
-  learner's threads) and `learner_split` (how it shares them), `minibatches` (epochs x
-  minibatches of whole unrolls), the native losses `actor_critic_loss` (its `LossOptions`)
-  and `ppo_loss` (its `PpoOptions`), `ShardPool` (the threads of a learner step: batch
+  learner's threads) and `learner_split` (how it shares them), `train_step` (gradient, clip,
+  optimizer: one native call for a `NativeLoss`), `minibatches` and `minibatch_columns`
+  (epochs x minibatches of whole unrolls), the native losses `actor_critic_loss` (its
+  `LossOptions`) and `ppo_loss` (its `PpoOptions`), `NativeLoss` (either as a `Loss`),
+  `bound_penalty`, `ShardPool` (the threads of a learner step: batch
   rows inside the net's calls, or column shards) and `ThreadPool` (native intra-op threads for
   `Net` calls);
 - evaluation: `evaluate_policy` (play whole episodes with one parameter vector) and its
@@ -38,8 +40,22 @@ except ImportError as _e:  # pragma: no cover - exercised in a child process by 
 from rlpar.agent import Agent, LearnerState
 from rlpar.config import ConfigError, EnvConfig, EvalConfig, RuntimeConfig, check_field_types
 from rlpar.data import Batch, Rollout
-from rlpar.learner_step import Loss, learner_split, loss_gradient, minibatches
-from rlpar.losses import LossOptions, PpoOptions, actor_critic_loss, ppo_loss
+from rlpar.learner_step import (
+    Loss,
+    learner_split,
+    loss_gradient,
+    minibatch_columns,
+    minibatches,
+    train_step,
+)
+from rlpar.losses import (
+    LossOptions,
+    NativeLoss,
+    PpoOptions,
+    actor_critic_loss,
+    bound_penalty,
+    ppo_loss,
+)
 from rlpar.nn import (
     LSTM,
     Categorical,
@@ -96,6 +112,7 @@ __all__ = [
     "Linear",
     "Loss",
     "LossOptions",
+    "NativeLoss",
     "Net",
     "NetSpec",
     "Optimizer",
@@ -118,6 +135,7 @@ __all__ = [
     "__version__",
     "actor_critic_loss",
     "amx_available",
+    "bound_penalty",
     "check_field_types",
     "clip_grad_norm",
     "conv_spec",
@@ -128,6 +146,7 @@ __all__ = [
     "learner_split",
     "loss_gradient",
     "make_agent",
+    "minibatch_columns",
     "minibatches",
     "mlp_spec",
     "ppo_loss",
@@ -136,4 +155,5 @@ __all__ = [
     "registered_agents",
     "set_gil_release_threshold",
     "skip_nonfinite_step",
+    "train_step",
 ]

@@ -220,6 +220,12 @@ class CategoricalSampler:
     @state.setter
     def state(self, arg1: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(4)"]) -> None:
         ...
+class TrainLoss:
+    """
+    A built-in loss for train_step (rlpar.NativeLoss builds it).
+    """
+    def __init__(self, kind: str, policy: str, policy_begin: typing.SupportsInt | typing.SupportsIndex, num_actions: typing.SupportsInt | typing.SupportsIndex, log_std_begin: typing.SupportsInt | typing.SupportsIndex, value_col: typing.SupportsInt | typing.SupportsIndex, options: dict, low: typing.Any, high: typing.Any, bound_cost: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
 class StepLoop:
     """
     One actor's step loop over envs that step in Python: between two env steps, one call writes the step's results into the rollout, carries the episodes, runs the forward (GIL released above the work threshold) and, with a sampler, draws the next actions (rlpar/unroll.h). One loop per actor thread; calls from two threads at once raise.
@@ -297,6 +303,10 @@ def native_env_names() -> list[str]:
 def ppo_loss(out: typing.Any, behaviour: typing.Any, actions: typing.Any, rewards: typing.Any, terminated: typing.Any, truncated: typing.Any, mask: typing.Any, *, policy: str, policy_begin: typing.SupportsInt | typing.SupportsIndex, num_actions: typing.SupportsInt | typing.SupportsIndex, log_std_begin: typing.SupportsInt | typing.SupportsIndex, value_col: typing.SupportsInt | typing.SupportsIndex, gamma: typing.SupportsFloat | typing.SupportsIndex, rho_bar: typing.SupportsFloat | typing.SupportsIndex, c_bar: typing.SupportsFloat | typing.SupportsIndex, value_coef: typing.SupportsFloat | typing.SupportsIndex, entropy_coef: typing.SupportsFloat | typing.SupportsIndex, clip_eps: typing.SupportsFloat | typing.SupportsIndex, ratio_clip: str, advantage: str, gae_lambda: typing.SupportsFloat | typing.SupportsIndex, normalize_advantages: bool, value_clip: typing.SupportsFloat | typing.SupportsIndex, value_mean: typing.SupportsFloat | typing.SupportsIndex, value_std: typing.SupportsFloat | typing.SupportsIndex) -> tuple[numpy.typing.NDArray[numpy.float32], dict]:
     """
     PPO's clipped surrogate on V-trace or GAE(lambda) advantages against the behaviour policy, and its gradient w.r.t. `out` [T+1, N, O]; see native/include/rlpar/losses.h. Returns (dout, metrics).
+    """
+def train_step(net: Net, params: typing.Any, grad: typing.Any, loss: TrainLoss, obs: typing.Any, behaviour: typing.Any, actions: typing.Any, rewards: typing.Any, terminated: typing.Any, truncated: typing.Any, mask: typing.Any, core_state: typing.Any, columns: typing.Any, *, value_mean: typing.SupportsFloat | typing.SupportsIndex, value_std: typing.SupportsFloat | typing.SupportsIndex, max_grad_norm: typing.SupportsFloat | typing.SupportsIndex, optimizer: tuple, pool: typing.Any) -> tuple:
+    """
+    One optimizer step of a built-in loss on a batch's columns as one call: gather, forward, loss, backward, clip, optimizer (native/include/rlpar/train_step.h). Returns (metrics, grad_norm, applied).
     """
 def rmsprop_step(params: typing.Any, grad: typing.Any, square_avg: typing.Any, grad_avg: typing.Any, momentum_buffer: typing.Any, lr: typing.SupportsFloat | typing.SupportsIndex, alpha: typing.SupportsFloat | typing.SupportsIndex, eps: typing.SupportsFloat | typing.SupportsIndex, momentum: typing.SupportsFloat | typing.SupportsIndex, weight_decay: typing.SupportsFloat | typing.SupportsIndex, release_gil: typing.Any = None) -> None:
     ...

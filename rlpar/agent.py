@@ -84,6 +84,8 @@ class LearnerState:
     ``pool``: not saved; set by the runtime for the run when ``runtime.learner_threads`` > 1,
     a `rlpar.ShardPool` of that many threads that `Agent.learn` may use to split its step
     over column shards (`rlpar.Batch.split`); None otherwise.
+    ``grad``: not saved; `rlpar.train_step`'s gradient buffer, float32 [num_params], made at
+    its first step and reused.
     """
 
     params: np.ndarray
@@ -94,6 +96,7 @@ class LearnerState:
         default_factory=lambda: np.random.default_rng(0), repr=False, compare=False
     )
     pool: ShardPool | None = field(default=None, repr=False, compare=False)
+    grad: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 class Agent(abc.ABC):

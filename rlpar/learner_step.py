@@ -29,21 +29,42 @@ Several optimizer steps on one batch (PPO's epochs x minibatches) are `minibatch
         for mb in rlpar.minibatches(batch, count, state.rng):      # reshuffled each epoch
             grad, metrics = rlpar.loss_gradient(net, state.params, mb, self.loss, state.pool)
             ...                                                    # clip, step, as above
+
+`train_step` is those three lines (gradient, clip, step) as one call; with a built-in loss
+(`rlpar.NativeLoss`) it runs as one native call that holds the GIL only to enter and leave,
+so the learner takes nothing from the actors' Python between its pieces::
+
+    metrics = rlpar.train_step(net, state, batch, loss, max_grad_norm=40.0)
+    for cols in rlpar.minibatch_columns(batch, count, state.rng):  # PPO: columns, no copies
+        metrics = rlpar.train_step(net, state, batch, loss, max_grad_norm=0.5, columns=cols)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from rlpar import _native
 from rlpar.config import ConfigError
 from rlpar.data import Batch
+from rlpar.losses import NativeLoss
 from rlpar.nn import Conv2d, Net, Tape
+from rlpar.optim import clip_grad_norm, skip_nonfinite_step
 from rlpar.parallel import ShardPool, ThreadPool
 
-__all__ = ["Loss", "learner_split", "loss_gradient", "minibatches"]
+if TYPE_CHECKING:
+    from rlpar.agent import LearnerState
+
+__all__ = [
+    "Loss",
+    "learner_split",
+    "loss_gradient",
+    "minibatch_columns",
+    "minibatches",
+    "train_step",
+]
 
 #: ``loss(net, out, batch) -> (dout, metrics)``: ``out`` float32 [T+1, N, output_size] is the
 #: net at ``batch.obs`` (row T bootstraps); ``dout`` is the loss's gradient w.r.t. ``out``
@@ -81,6 +102,73 @@ def loss_gradient(
     return grad, metrics
 
 
+def train_step(
+    net: Net,
+    state: LearnerState,
+    batch: Batch,
+    loss: Loss,
+    *,
+    max_grad_norm: float,
+    columns: np.ndarray | None = None,
+    native: bool = True,
+) -> dict[str, float]:
+    """One optimizer step of ``loss`` on ``batch`` (or on its ``columns``, int64 [M]: a
+    minibatch of whole unrolls, `minibatch_columns`): the gradient (`loss_gradient`, on
+    ``state.pool``), its norm clipped to ``max_grad_norm`` (`clip_grad_norm`), and
+    ``state.optimizer``'s step on ``state.params``, skipped and counted when the norm is not
+    finite (`skip_nonfinite_step`). Returns ``loss``'s metrics and ``grad_norm`` (before
+    clipping).
+
+    With a `rlpar.NativeLoss` and one of rlpar's optimizers the whole step is one native call
+    with the GIL released (the columns gathered there too), unless the step is split into
+    column shards (`learner_split`) or ``native`` is False: then it is the separate calls
+    above, which give the same numbers. Any other ``loss`` (an agent's Python) takes that path."""
+    pool = state.pool
+    if native and isinstance(loss, NativeLoss):
+        optim = state.optimizer._native_step()
+        split = (
+            learner_split(net, pool, batch)
+            if columns is None
+            else _split(net, pool, batch.obs.shape[0], len(columns))
+        )
+        if optim is not None and split != "shards":
+            return _fused_step(net, state, batch, loss, max_grad_norm, columns, optim, split)
+    mb = batch if columns is None else batch.columns(columns)
+    grad, metrics = loss_gradient(net, state.params, mb, loss, pool)
+    metrics["grad_norm"] = norm = clip_grad_norm(grad, max_grad_norm, pool)
+    if not skip_nonfinite_step(state, norm):
+        state.optimizer.step(state.params, grad, pool)
+    return metrics
+
+
+def _fused_step(
+    net: Net,
+    state: LearnerState,
+    batch: Batch,
+    loss: NativeLoss,
+    max_grad_norm: float,
+    columns: np.ndarray | None,
+    optim: tuple,
+    split: str,
+) -> dict[str, float]:
+    """`train_step` as one native call (rlpar/train_step.h)."""
+    grad = state.grad
+    if grad is None or grad.shape != (net.num_params,):
+        grad = state.grad = np.empty(net.num_params, np.float32)
+    native_pool = state.pool.native if state.pool is not None and split == "rows" else None
+    metrics, norm, applied = _native.train_step(
+        net, state.params, grad, loss.native, batch.obs, batch.behaviour, batch.actions,
+        batch.rewards, batch.terminated, batch.truncated, batch.mask, batch.core_state,
+        columns, value_mean=loss.value_mean, value_std=loss.value_std,
+        max_grad_norm=float(max_grad_norm), optimizer=optim, pool=native_pool,
+    )  # fmt: skip
+    metrics["grad_norm"] = norm
+    if applied:
+        state.optimizer.steps += 1
+    skip_nonfinite_step(state, norm)  # counts a skipped step, raises after too many in a row
+    return metrics
+
+
 def learner_split(
     net: Net, pool: ShardPool | None, batch: Batch
 ) -> Literal["none", "rows", "shards"]:
@@ -94,6 +182,13 @@ def learner_split(
     shards for nets on flat inputs, where the loss and the heads (which rows run once) or an
     LSTM core (sequential in time) are a large share of the step (an MLP on [20, 256]: shards
     x1.5-1.9, rows x1.2)."""
+    return _split(net, pool, batch.obs.shape[0], batch.num_columns)
+
+
+def _split(
+    net: Net, pool: ShardPool | None, steps: int, columns: int
+) -> Literal["none", "rows", "shards"]:
+    """`learner_split` of a step on ``columns`` unrolls of ``steps`` observations each."""
     if pool is None or pool.threads == 1:
         return "none"
     split = pool.split
@@ -101,9 +196,8 @@ def learner_split(
         has_conv = any(isinstance(layer, Conv2d) for layer in net.spec.layers)
         split = "rows" if has_conv else "shards"
     if split == "shards":
-        return "shards" if batch.num_columns >= 2 else "none"
-    rows = batch.obs.shape[0] * batch.obs.shape[1]
-    return "rows" if net.torso_parts(pool.native, rows) > 1 else "none"
+        return "shards" if columns >= 2 else "none"
+    return "rows" if net.torso_parts(pool.native, steps * columns) > 1 else "none"
 
 
 def _forward_loss(
@@ -170,6 +264,22 @@ def _sharded_gradient(
     return grad, metrics
 
 
+def minibatch_columns(
+    batch: Batch, count: int, rng: np.random.Generator | None = None, *, key: str = "minibatches"
+) -> list[np.ndarray]:
+    """The columns of `minibatches`, int64 [N / count] each (sorted), without copying the
+    batch: for `train_step`'s ``columns``. The same draws from ``rng`` as `minibatches`."""
+    n = batch.num_columns
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1 or n % count:
+        raise ConfigError(
+            f"{key}: expected a divisor of the batch's {n} columns (runtime.batch_rollouts x "
+            f"runtime.envs_per_actor), so that each minibatch holds whole unrolls, got {count!r}"
+        )
+    order = np.arange(n) if rng is None else rng.permutation(n)
+    size = n // count
+    return [np.sort(order[i * size : (i + 1) * size]) for i in range(count)]
+
+
 def minibatches(
     batch: Batch, count: int, rng: np.random.Generator | None = None, *, key: str = "minibatches"
 ) -> list[Batch]:
@@ -181,14 +291,7 @@ def minibatches(
 
     Raises `ConfigError` naming ``key`` when ``count`` does not divide N (an agent checks it
     up front in `Agent.check_runtime`, against ``runtime.batch_columns``)."""
-    n = batch.num_columns
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1 or n % count:
-        raise ConfigError(
-            f"{key}: expected a divisor of the batch's {n} columns (runtime.batch_rollouts x "
-            f"runtime.envs_per_actor), so that each minibatch holds whole unrolls, got {count!r}"
-        )
-    if count == 1 and rng is None:
+    if count == 1 and rng is None and batch.num_columns >= 1:
+        minibatch_columns(batch, count, rng, key=key)  # the same checks
         return [batch]
-    order = np.arange(n) if rng is None else rng.permutation(n)
-    size = n // count
-    return [batch.columns(np.sort(order[i * size : (i + 1) * size])) for i in range(count)]
+    return [batch.columns(cols) for cols in minibatch_columns(batch, count, rng, key=key)]

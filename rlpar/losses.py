@@ -1,7 +1,8 @@
 """Actor-critic losses computed natively (GIL released), with gradients w.r.t. the net outputs.
 
 See ``native/include/rlpar/losses.h`` for the formulas (A3C n-step returns; IMPALA V-trace;
-PPO's clipped surrogate on asynchronous rollouts, `ppo_loss`). `LossOptions` (and
+PPO's clipped surrogate on asynchronous rollouts, `ppo_loss`), and `NativeLoss`: either of
+them as an `rlpar.Loss` that `rlpar.train_step` runs inside one native call. `LossOptions` (and
 `PpoOptions`) are what the losses discount, clip and weigh, and their defaults are the only
 ones: the built-in agents' configs take theirs from them, and `actor_critic_loss` passes every
 value to the native core (whose binding has no defaults), so the ones written in
@@ -12,14 +13,25 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from rlpar import _native
 from rlpar.config import check_field_types
 
-__all__ = ["LossOptions", "PpoOptions", "actor_critic_loss", "ppo_loss"]
+if TYPE_CHECKING:
+    from rlpar.data import Batch
+    from rlpar.nn import Net
+
+__all__ = [
+    "LossOptions",
+    "NativeLoss",
+    "PpoOptions",
+    "actor_critic_loss",
+    "bound_penalty",
+    "ppo_loss",
+]
 
 
 @dataclass(frozen=True)
@@ -211,3 +223,162 @@ def ppo_loss(
         gae_lambda=o.gae_lambda, normalize_advantages=o.normalize_advantages,
         value_clip=o.value_clip, value_mean=value_mean, value_std=value_std,
     )  # fmt: skip
+
+
+def bound_penalty(
+    mean: np.ndarray, mask: np.ndarray, low: np.ndarray, high: np.ndarray, cost: float
+) -> tuple[float, np.ndarray]:
+    """How far a Gaussian policy's mean [T, N, A] lies outside the action bounds [A]:
+    ``cost * sum_a max(0, |mean - centre| - half_width)^2``, averaged over the valid steps
+    (``mask`` [T, N]); returns (loss, its gradient w.r.t. ``mean``, float32 [T, N, A]).
+
+    Why: actions are clipped to the bounds on their way to the env, so where the mean is far
+    outside them every sample is clipped, the return no longer depends on the action, and the
+    policy gradient is noise there: the mean drifts with nothing pulling it back. This term
+    pulls it back to where actions matter."""
+    centre = (high + low) / 2
+    half = (high - low) / 2
+    offset = mean.astype(np.float64) - centre
+    excess = np.maximum(np.abs(offset) - half, 0.0) * mask[..., None]
+    valid = max(1.0, float(mask.sum()))
+    loss = cost * float((excess**2).sum()) / valid
+    grad = (2 * cost / valid) * excess * np.sign(offset)
+    return loss, grad.astype(np.float32)
+
+
+_OUTPUT_NAMES = {"categorical": "logits", "gaussian": "mean"}
+
+
+class NativeLoss:
+    """A built-in loss as an `rlpar.Loss`: the actor-critic loss (``options`` a `LossOptions`:
+    A3C's n-step returns or IMPALA's V-trace) or PPO's clipped surrogate (a `PpoOptions`), on
+    the policy and value columns of the net's output, plus, for a Gaussian policy with finite
+    action bounds and ``bound_cost`` > 0, `bound_penalty` on its mean.
+
+    Called as ``loss(net, out, batch)`` it is the native loss call(s) with the GIL released and
+    the penalty in numpy, like any `rlpar.Loss`. Handed to `rlpar.train_step`, the whole
+    optimizer step (forward, this loss, backward, clipping, the optimizer) is one native call
+    instead: the same numbers, with the GIL held only to enter and leave.
+
+    The loss reads ``batch.rewards`` as they are (clip or scale them before, once per batch).
+    ``value_mean``, ``value_std``: PPO's running value statistics (see `ppo_loss`), read at
+    each call; 0 and 1 for a plain value head."""
+
+    def __init__(
+        self,
+        options: LossOptions | PpoOptions,
+        *,
+        policy: Literal["categorical", "gaussian"],
+        policy_begin: int,
+        num_actions: int,
+        value_col: int,
+        log_std_begin: int = 0,
+        action_low: np.ndarray | None = None,
+        action_high: np.ndarray | None = None,
+        bound_cost: float = 0.0,
+    ) -> None:
+        if not isinstance(options, LossOptions | PpoOptions):
+            raise TypeError(
+                f"options: expected rlpar.LossOptions or rlpar.PpoOptions, got "
+                f"{type(options).__name__}"
+            )
+        self.options = options
+        self.policy, self.policy_begin, self.num_actions = policy, policy_begin, num_actions
+        self.value_col, self.log_std_begin = value_col, log_std_begin
+        bounded = (
+            policy == "gaussian" and bound_cost > 0
+            and action_low is not None and action_high is not None
+        )  # fmt: skip
+        self.bounds = (
+            (np.asarray(action_low, np.float64), np.asarray(action_high, np.float64))
+            if bounded
+            else None
+        )
+        self.bound_cost = float(bound_cost) if bounded else 0.0
+        self.value_mean, self.value_std = 0.0, 1.0
+        native: dict[str, float | bool | str]
+        if isinstance(options, PpoOptions):
+            native = {
+                "gamma": options.gamma, "rho_bar": options.rho_bar, "c_bar": options.c_bar,
+                "value_coef": options.baseline_cost, "entropy_coef": options.entropy_cost,
+                "clip_eps": options.clip_eps, "ratio_clip": options.ratio_clip,
+                "advantage": options.advantage, "gae_lambda": options.gae_lambda,
+                "normalize_advantages": options.normalize_advantages,
+                "value_clip": options.value_clip,
+            }  # fmt: skip
+        else:
+            native = {
+                "gamma": options.gamma, "importance_weighting": options.importance_weighting,
+                "rho_bar": options.rho_bar, "c_bar": options.c_bar,
+                "pg_rho_bar": options.pg_rho_bar, "value_coef": options.baseline_cost,
+                "entropy_coef": options.entropy_cost,
+            }  # fmt: skip
+        low, high = self.bounds if self.bounds is not None else (None, None)
+        kind = "ppo" if isinstance(options, PpoOptions) else "actor_critic"
+        self.native = _native.TrainLoss(
+            kind, policy, policy_begin, num_actions, log_std_begin, value_col, native, low, high,
+            self.bound_cost,
+        )  # fmt: skip
+
+    @classmethod
+    def for_net(
+        cls,
+        net: Net,
+        options: LossOptions | PpoOptions,
+        *,
+        action_low: np.ndarray | None = None,
+        action_high: np.ndarray | None = None,
+        bound_cost: float = 0.0,
+    ) -> NativeLoss:
+        """The loss on ``net``'s own policy head ("logits", or "mean" and "log_std") and
+        "value" output columns (`Net.output_slices`)."""
+        cols = net.output_slices
+        if "value" not in cols or not ("logits" in cols or "mean" in cols):
+            raise ValueError(
+                f"NativeLoss.for_net: expected a net with a Categorical or Gaussian head and a "
+                f"Value head, got outputs {sorted(cols)}"
+            )
+        policy: Literal["categorical", "gaussian"] = (
+            "categorical" if "logits" in cols else "gaussian"
+        )
+        head = cols[_OUTPUT_NAMES[policy]]
+        return cls(
+            options, policy=policy, policy_begin=head.start, num_actions=head.stop - head.start,
+            value_col=cols["value"].start,
+            log_std_begin=cols["log_std"].start if policy == "gaussian" else 0,
+            action_low=action_low, action_high=action_high, bound_cost=bound_cost,
+        )  # fmt: skip
+
+    def __call__(
+        self, net: Net, out: np.ndarray, batch: Batch
+    ) -> tuple[np.ndarray, dict[str, float]]:
+        """The loss on ``out`` float32 [T+1, N, O] (the net at ``batch.obs``): (dout [T+1, N,
+        O], metrics), as `rlpar.Loss` says."""
+        arrays = (
+            out, batch.behaviour, batch.actions, batch.rewards, batch.terminated,
+            batch.truncated, batch.mask,
+        )  # fmt: skip
+        policy, begin, actions, value = (
+            self.policy, self.policy_begin, self.num_actions, self.value_col
+        )  # fmt: skip
+        if isinstance(self.options, PpoOptions):
+            dout, metrics = ppo_loss(
+                *arrays, policy=policy, policy_begin=begin, num_actions=actions,
+                value_col=value, log_std_begin=self.log_std_begin, options=self.options,
+                value_mean=self.value_mean, value_std=self.value_std,
+            )  # fmt: skip
+        else:
+            dout, metrics = actor_critic_loss(
+                *arrays, policy=policy, policy_begin=begin, num_actions=actions,
+                value_col=value, log_std_begin=self.log_std_begin, options=self.options,
+            )  # fmt: skip
+        if self.bounds is not None:
+            t_len = batch.unroll_length
+            cols = slice(self.policy_begin, self.policy_begin + self.num_actions)
+            bound_loss, dmean = bound_penalty(
+                out[:t_len, :, cols], batch.mask, *self.bounds, self.bound_cost
+            )
+            dout[:t_len, :, cols] += dmean
+            metrics["bound_loss"] = bound_loss
+            metrics["loss"] += bound_loss
+        return dout, metrics

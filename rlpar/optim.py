@@ -153,6 +153,17 @@ class Optimizer:
         (``sl`` None: the whole arrays, passed as they came so the native checks see them)."""
         raise NotImplementedError
 
+    def _native_step(self) -> tuple | None:
+        """This optimizer's next step as `rlpar.train_step`'s one native call takes it: (kind,
+        lr, beta1, beta2, alpha, momentum, eps, weight_decay, nesterov, step, buffer 0, 1, 2),
+        or None when its rule has no native twin (a subclass's own `_update`): then
+        `train_step` calls `step`."""
+        return None
+
+    def _rule_is(self, cls: type[Optimizer]) -> bool:
+        """True when this optimizer steps exactly as ``cls`` does (no subclass changed it)."""
+        return type(self)._update is cls._update and type(self).step is Optimizer.step
+
     def _buf(self, name: str, sl: slice | None) -> np.ndarray | None:
         return _cut(self._state.get(name), sl)
 
@@ -203,6 +214,13 @@ class SGD(Optimizer):
         self.weight_decay = _check("weight_decay", weight_decay, 0.0)
         self.nesterov = bool(nesterov)
 
+    def _native_step(self) -> tuple | None:
+        if not self._rule_is(SGD):
+            return None
+        buf = self._buf("momentum_buffer", None)
+        return ("sgd", self.lr, 0.0, 0.0, 0.0, self.momentum, 0.0, self.weight_decay,
+                self.nesterov, self.steps + 1, buf, None, None)  # fmt: skip
+
     def _update(self, params: np.ndarray, grad: np.ndarray, sl: slice | None) -> None:
         _native.sgd_step(
             _cut(params, sl),
@@ -238,6 +256,13 @@ class RMSProp(Optimizer):
         self.centered = bool(centered)
         self.weight_decay = _check("weight_decay", weight_decay, 0.0)
 
+    def _native_step(self) -> tuple | None:
+        if not self._rule_is(RMSProp):
+            return None
+        return ("rmsprop", self.lr, 0.0, 0.0, self.alpha, self.momentum, self.eps,
+                self.weight_decay, False, self.steps + 1, self._buf("square_avg", None),
+                self._buf("grad_avg", None), self._buf("momentum_buffer", None))  # fmt: skip
+
     def _update(self, params: np.ndarray, grad: np.ndarray, sl: slice | None) -> None:
         _native.rmsprop_step(
             _cut(params, sl),
@@ -272,6 +297,13 @@ class Adam(Optimizer):
         self.beta2 = _check("beta2", beta2, 0.0, 1.0, open_high=True)
         self.eps = _check("eps", eps, 0.0, open_low=True)
         self.weight_decay = _check("weight_decay", weight_decay, 0.0)
+
+    def _native_step(self) -> tuple | None:
+        if not self._rule_is(Adam):
+            return None
+        return ("adam", self.lr, self.beta1, self.beta2, 0.0, 0.0, self.eps, self.weight_decay,
+                False, self.steps + 1, self._buf("exp_avg", None), self._buf("exp_avg_sq", None),
+                None)  # fmt: skip
 
     def _update(self, params: np.ndarray, grad: np.ndarray, sl: slice | None) -> None:
         _native.adam_step(

@@ -6,9 +6,9 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from rlpar.agents.common import bound_penalty
 
 import rlpar
+from rlpar import bound_penalty
 
 
 def test_bound_penalty_gradient_matches_finite_differences() -> None:

@@ -178,6 +178,16 @@ def test_bench_runtime_and_envs_json(tmp_path) -> None:
         assert set(r["gil"][case]) == {
             "actor_held", "actor_wait", "actor_native", "learner_held", "ceiling"
         }  # fmt: skip
+    # The learner step: one released call per optimizer step fused (IMPALA 1, APPO 6 x 4),
+    # three per step as separate calls at most (clip and step keep the GIL when small).
+    steps = r["learner_step"]
+    assert steps["impala"]["fused"]["released_calls"] == 1
+    assert steps["appo"]["fused"]["released_calls"] == 24
+    for agent in ("impala", "appo"):
+        for form in ("fused", "separate"):
+            m = steps[agent][form]
+            assert m["learn_us"] > 0 and 0 <= m["gil_held_share"] <= 1, m
+        assert steps[agent]["separate"]["released_calls"] > steps[agent]["fused"]["released_calls"]
 
 
 def test_bench_scaling_json_has_a_value_per_thread_count(tmp_path) -> None:

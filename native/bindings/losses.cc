@@ -10,23 +10,13 @@
 
 #include "convert.h"
 #include "gil.h"
+#include "loss_py.h"
 #include "rlpar/losses.h"
 
 namespace py = pybind11;
 
 namespace rlpar_py {
 namespace {
-
-// The enum value named `got`: `a` named `name_a` or `b` named `name_b`, or a ValueError naming
-// `key`, the two names and what came.
-template <typename E>
-E pick(const char* key, const std::string& got, const char* name_a, E a, const char* name_b,
-       E b) {
-  if (got == name_a) return a;
-  if (got == name_b) return b;
-  throw py::value_error(std::string(key) + " must be '" + name_a + "' or '" + name_b +
-                        "', got '" + got + "'");
-}
 
 // The arrays of one loss call, checked against the shapes `out` [T+1, N, O] implies, and the
 // layout fields of `a` set from them.
@@ -46,12 +36,7 @@ struct LossArrays {
     a.T = o.shape(0) - 1;
     a.N = o.shape(1);
     a.O = o.shape(2);
-    a.policy = pick("policy", policy, "categorical", rlpar::losses::Policy::Categorical,
-                    "gaussian", rlpar::losses::Policy::Gaussian);
-    a.policy_begin = policy_begin;
-    a.num_actions = num_actions;
-    a.log_std_begin = log_std_begin;
-    a.value_col = value_col;
+    set_layout(a, policy, policy_begin, num_actions, log_std_begin, value_col);
     const py::ssize_t T = a.T, N = a.N, O = a.O;
     out = input_array<float>(out_h, "out", {T + 1, N, O});
     behaviour = input_array<float>(behaviour_h, "behaviour", {T, N, O});
@@ -114,17 +99,7 @@ void bind_losses(py::module_& m) {
         auto [dout, res] = arrays.run(a, [&](auto... p) {
           return rlpar::losses::actor_critic_loss(a, p...);
         });
-        py::dict metrics;
-        metrics["loss"] = res.loss;
-        metrics["policy_loss"] = res.policy_loss;
-        metrics["value_loss"] = res.value_loss;
-        metrics["entropy"] = res.entropy;
-        metrics["mean_rho"] = res.mean_rho;
-        metrics["rho_clipped_fraction"] = res.rho_clipped_fraction;
-        metrics["mean_advantage"] = res.mean_advantage;
-        metrics["mean_value"] = res.mean_value;
-        metrics["valid_steps"] = res.valid_steps;
-        return py::make_tuple(dout, metrics);
+        return py::make_tuple(dout, metrics_dict(res));
       },
       RLPAR_LOSS_ARRAY_ARGS, py::arg("gamma"), py::arg("importance_weighting"),
       py::arg("rho_bar"), py::arg("c_bar"), py::arg("pg_rho_bar"), py::arg("value_coef"),
@@ -163,26 +138,7 @@ void bind_losses(py::module_& m) {
         auto [dout, res] = arrays.run(a.base, [&](auto... p) {
           return rlpar::losses::ppo_loss(a, p...);
         });
-        py::dict metrics;
-        metrics["loss"] = res.loss;
-        metrics["policy_loss"] = res.policy_loss;
-        metrics["value_loss"] = res.value_loss;
-        metrics["entropy"] = res.entropy;
-        metrics["approx_kl"] = res.approx_kl;
-        metrics["clip_fraction"] = res.clip_fraction;
-        metrics["value_clip_fraction"] = res.value_clip_fraction;
-        metrics["ratio_mean"] = res.ratio_mean;
-        metrics["ratio_min"] = res.ratio_min;
-        metrics["ratio_max"] = res.ratio_max;
-        metrics["explained_variance"] = res.explained_variance;
-        metrics["mean_advantage"] = res.mean_advantage;
-        metrics["advantage_std"] = res.advantage_std;
-        metrics["mean_value"] = res.mean_value;
-        metrics["mean_rho"] = res.mean_rho;
-        metrics["target_mean"] = res.target_mean;
-        metrics["target_sq_mean"] = res.target_sq_mean;
-        metrics["valid_steps"] = res.valid_steps;
-        return py::make_tuple(dout, metrics);
+        return py::make_tuple(dout, metrics_dict(res));
       },
       RLPAR_LOSS_ARRAY_ARGS, py::arg("gamma"), py::arg("rho_bar"), py::arg("c_bar"),
       py::arg("value_coef"), py::arg("entropy_coef"), py::arg("clip_eps"), py::arg("ratio_clip"),

@@ -61,6 +61,7 @@ PYBIND11_MODULE(_native, m) {
   rlpar_py::bind_snapshot(m);
   rlpar_py::bind_envs(m);
   rlpar_py::bind_losses(m);
+  rlpar_py::bind_train_step(m);
   rlpar_py::bind_step_loop(m);
   rlpar_py::bind_gil_calibration(m);
   // Before any call decides about the GIL: hand-off cost x kernel speed (gil_calibration.cc).

@@ -3,7 +3,8 @@
 gymnasium's CartPole-v1 (its vectorized version) with the IMPALA agent's mlp policy, 1 and 2
 actor threads, with the learner idle (it takes rollouts and hands them back without training)
 and busy (real IMPALA learner steps). Rates are measured after a warm-up, the configurations
-alternate, and each value is the median of the repeats.
+alternate, and each value is the median of the repeats. ``learner_step``: the learner step's
+own GIL-held time, fused into one native call and as separate calls (`rlpar.bench.learner`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlpar.agent import Agent, LearnerState
+from rlpar.bench.learner import bench_learner_step
 from rlpar.bench.timing import medians
 from rlpar.config import EnvConfig, RuntimeConfig
 from rlpar.data import Batch
@@ -110,7 +112,8 @@ def env_only_rate(seconds: float, num_envs: int, env_id: str = "CartPole-v1") ->
 def bench_runtime(quick: bool = False) -> dict[str, Any]:
     """``{"env_steps_per_s": {"1": .., "2": ..}, "with_learner": {"1": .., "2": ..},
     "env_only_steps_per_s": one thread stepping the same vector env, "ratios": {...},
-    "gil": {configuration: GIL shares and the predicted actor ceiling}}``."""
+    "gil": {configuration: GIL shares and the predicted actor ceiling}, "learner_step":
+    {agent: the learner step's GIL-held time, fused and separate}}``."""
     seconds, repeats = (0.6, 1) if quick else (3.0, 3)
     envs_per_actor = 16
     configs: dict[Any, Any] = {
@@ -139,6 +142,7 @@ def bench_runtime(quick: bool = False) -> dict[str, Any]:
         for a in (1, 2)
         for busy in (False, True)
     }
+    out["learner_step"] = bench_learner_step(quick)
     out["setup"] = {
         "env": "CartPole-v1 (gymnasium vector env)",
         "envs_per_actor": envs_per_actor,

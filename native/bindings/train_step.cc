@@ -1,0 +1,240 @@
+// Bindings of rlpar::train (train_step.h): a built-in loss's optimizer step as one call that
+// holds the GIL only to check its arguments and to return the metrics. Every option is a
+// required argument: the defaults live in rlpar/losses.py and rlpar/optim.py alone.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "convert.h"
+#include "gil.h"
+#include "loss_py.h"
+#include "rlpar/net.h"
+#include "rlpar/thread_pool.h"
+#include "rlpar/train_step.h"
+
+namespace py = pybind11;
+using rlpar::train::LossKind;
+using rlpar::train::OptimKind;
+
+namespace rlpar_py {
+namespace {
+
+// A loss for train_step, built once (an agent's): the LossSpec and the bounds it points into.
+struct TrainLoss {
+  rlpar::train::LossSpec spec;
+  std::vector<double> low, high;
+};
+
+template <typename T>
+T option(const py::dict& options, const char* key) {
+  if (!options.contains(key)) {
+    throw py::key_error(std::string("loss options: expected a value for '") + key + "'");
+  }
+  try {
+    return options[key].cast<T>();
+  } catch (const py::cast_error&) {
+    throw py::type_error(std::string("loss options: '") + key + "' has the wrong type, got " +
+                         type_name(options[key]));
+  }
+}
+
+std::unique_ptr<TrainLoss> make_train_loss(const std::string& kind, const std::string& policy,
+                                           int64_t policy_begin, int64_t num_actions,
+                                           int64_t log_std_begin, int64_t value_col,
+                                           const py::dict& options, py::handle low,
+                                           py::handle high, double bound_cost) {
+  auto t = std::make_unique<TrainLoss>();
+  auto& s = t->spec;
+  s.kind = pick("kind", kind, "actor_critic", LossKind::ActorCritic, "ppo", LossKind::Ppo);
+  rlpar::losses::ActorCriticArgs& a = s.kind == LossKind::Ppo ? s.ppo.base : s.actor_critic;
+  set_layout(a, policy, policy_begin, num_actions, log_std_begin, value_col);
+  a.gamma = option<double>(options, "gamma");
+  a.rho_bar = option<double>(options, "rho_bar");
+  a.c_bar = option<double>(options, "c_bar");
+  a.value_coef = option<double>(options, "value_coef");
+  a.entropy_coef = option<double>(options, "entropy_coef");
+  if (s.kind == LossKind::ActorCritic) {
+    a.importance_weighting = option<bool>(options, "importance_weighting");
+    a.pg_rho_bar = option<double>(options, "pg_rho_bar");
+  } else {
+    a.importance_weighting = true;
+    s.ppo.clip_eps = option<double>(options, "clip_eps");
+    s.ppo.clip = pick("ratio_clip", option<std::string>(options, "ratio_clip"), "symmetric",
+                      rlpar::losses::RatioClip::Symmetric, "reciprocal",
+                      rlpar::losses::RatioClip::Reciprocal);
+    s.ppo.advantage = pick("advantage", option<std::string>(options, "advantage"), "vtrace",
+                           rlpar::losses::Advantage::VTrace, "gae", rlpar::losses::Advantage::Gae);
+    s.ppo.lambda = option<double>(options, "gae_lambda");
+    s.ppo.normalize_advantages = option<bool>(options, "normalize_advantages");
+    s.ppo.value_clip = option<double>(options, "value_clip");
+  }
+  if (!(bound_cost >= 0)) {
+    throw py::value_error("bound_cost must be >= 0, got " + std::to_string(bound_cost));
+  }
+  if (bound_cost > 0 && a.policy == rlpar::losses::Policy::Gaussian) {
+    const py::ssize_t A = num_actions;
+    py::array l = input_array<double>(low, "low", {A});
+    py::array h = input_array<double>(high, "high", {A});
+    const auto* lp = static_cast<const double*>(l.data());
+    const auto* hp = static_cast<const double*>(h.data());
+    t->low.assign(lp, lp + A);
+    t->high.assign(hp, hp + A);
+    s.bound_cost = bound_cost;
+    s.low = t->low.data();
+    s.high = t->high.data();
+  }
+  return t;
+}
+
+// (kind, lr, beta1, beta2, alpha, momentum, eps, weight_decay, nesterov, step, buf0, buf1, buf2)
+// as rlpar.Optimizer._native_step writes it; the buffers are the optimizer's own arrays.
+rlpar::train::OptimStep optim_step(const py::tuple& o, int64_t n) {
+  if (o.size() != 13) {
+    throw py::value_error("optimizer: expected a 13-tuple from Optimizer._native_step, got " +
+                          std::to_string(o.size()) + " items");
+  }
+  rlpar::train::OptimStep s;
+  const auto kind = o[0].cast<std::string>();
+  if (kind == "sgd") s.kind = OptimKind::Sgd;
+  else if (kind == "rmsprop") s.kind = OptimKind::RmsProp;
+  else if (kind == "adam") s.kind = OptimKind::Adam;
+  else throw py::value_error("optimizer: expected 'sgd', 'rmsprop' or 'adam', got '" + kind + "'");
+  s.lr = o[1].cast<float>();
+  s.beta1 = o[2].cast<float>();
+  s.beta2 = o[3].cast<float>();
+  s.alpha = o[4].cast<float>();
+  s.momentum = o[5].cast<float>();
+  s.eps = o[6].cast<float>();
+  s.weight_decay = o[7].cast<float>();
+  s.nesterov = o[8].cast<bool>();
+  s.step = o[9].cast<int64_t>();
+  const char* names[3] = {"optimizer buffer 0", "optimizer buffer 1", "optimizer buffer 2"};
+  float** bufs[3] = {&s.buf0, &s.buf1, &s.buf2};
+  for (int i = 0; i < 3; ++i) {
+    py::handle b = o[10 + i];
+    *bufs[i] = b.is_none() ? nullptr : output_array<float>(b, names[i], {n});
+  }
+  if (s.kind == OptimKind::Adam && (!s.buf0 || !s.buf1)) {
+    throw py::value_error("optimizer: Adam needs its exp_avg and exp_avg_sq buffers");
+  }
+  if (s.kind == OptimKind::RmsProp && !s.buf0) {
+    throw py::value_error("optimizer: RMSProp needs its square_avg buffer");
+  }
+  return s;
+}
+
+py::tuple train_step(const std::shared_ptr<rlpar::Net>& net, py::handle params, py::handle grad,
+                     const TrainLoss& loss, py::handle obs, py::handle behaviour,
+                     py::handle actions, py::handle rewards, py::handle terminated,
+                     py::handle truncated, py::handle mask, py::handle core_state,
+                     py::handle columns, double value_mean, double value_std,
+                     double max_grad_norm, const py::tuple& optimizer, py::handle pool_obj) {
+  const py::ssize_t P = net->num_params();
+  float* p = output_array<float>(params, "params", {P});
+  float* g = output_array<float>(grad, "grad", {P});
+  const rlpar::train::OptimStep opt = optim_step(optimizer, P);
+
+  // Shapes follow from rewards [T, N] and the net.
+  py::array r = as_array(rewards, "rewards");
+  if (r.ndim() != 2 || r.shape(0) < 1 || r.shape(1) < 1) {
+    throw py::value_error("rewards must be a float32 array [T, N] with T, N >= 1, got " +
+                          shape_str(r));
+  }
+  const py::ssize_t T = r.shape(0), N = r.shape(1), O = net->output_size();
+  std::vector<py::ssize_t> obs_dims{T + 1, N};
+  for (int64_t d : net->spec().input_shape) obs_dims.push_back(d);
+  py::array x = net->spec().input_uint8 ? input_array<uint8_t>(obs, "obs", obs_dims)
+                                        : input_array<float>(obs, "obs", obs_dims);
+  const rlpar::losses::ActorCriticArgs& layout = loss.spec.layout();
+  const bool categorical = layout.policy == rlpar::losses::Policy::Categorical;
+  py::array act = categorical ? input_array<int64_t>(actions, "actions", {T, N})
+                              : input_array<float>(actions, "actions", {T, N, layout.num_actions});
+  py::array beh = input_array<float>(behaviour, "behaviour", {T, N, O});
+  py::array rew = input_array<float>(r, "rewards", {T, N});
+  py::array term = input_array<uint8_t>(terminated, "terminated", {T, N});
+  py::array trunc = input_array<uint8_t>(truncated, "truncated", {T, N});
+  py::array m = input_array<uint8_t>(mask, "mask", {T, N});
+  py::array state;  // (a default py::array is an empty array, not None: test recurrent())
+  if (net->recurrent()) {
+    if (core_state.is_none()) {
+      throw py::value_error("core_state: this net has an LSTM core, so the batch needs the "
+                            "state its actors stored, float32 [N, " +
+                            std::to_string(net->state_size()) + "], got None");
+    }
+    state = input_array<float>(core_state, "core_state", {N, net->state_size()});
+  }
+  py::array cols;
+  const bool some_columns = !columns.is_none();
+  int64_t M = N;
+  if (some_columns) {
+    cols = as_array(columns, "columns", true);
+    require_dtype<int64_t>(cols, "columns");
+    if (cols.ndim() != 1 || cols.shape(0) < 1) {
+      throw py::value_error("columns must be int64 indices [M] with M >= 1, got shape " +
+                            shape_str(cols));
+    }
+    cols = contiguous(cols);
+    M = cols.shape(0);
+  }
+  rlpar::ThreadPool* pool = nullptr;
+  if (!pool_obj.is_none()) {
+    if (!py::isinstance<rlpar::ThreadPool>(pool_obj)) {
+      throw py::type_error("pool must be an rlpar.ThreadPool or None, got " + type_name(pool_obj));
+    }
+    pool = &pool_obj.cast<rlpar::ThreadPool&>();
+  }
+
+  rlpar::train::BatchView b;
+  b.T = T;
+  b.N = N;
+  b.obs = x.data();
+  b.behaviour = static_cast<const float*>(beh.data());
+  b.actions = act.data();
+  b.rewards = static_cast<const float*>(rew.data());
+  b.terminated = static_cast<const uint8_t*>(term.data());
+  b.truncated = static_cast<const uint8_t*>(trunc.data());
+  b.mask = static_cast<const uint8_t*>(m.data());
+  b.core_state = net->recurrent() ? static_cast<const float*>(state.data()) : nullptr;
+  const int64_t* cp = some_columns ? static_cast<const int64_t*>(cols.data()) : nullptr;
+  rlpar::train::LossSpec spec = loss.spec;
+  spec.ppo.value_mean = value_mean;
+  spec.ppo.value_std = value_std;
+
+  const double flops = 3.0 * net->flops_per_sample() * static_cast<double>((T + 1) * M);
+  const bool release = want_release(py::none(), flops);
+  rlpar::train::StepResult res;
+  {
+    CallScope scope(release, net->has_external());
+    res = rlpar::train::train_step(*net, p, g, b, cp, M, spec, max_grad_norm, opt, pool);
+  }
+  py::dict metrics = spec.kind == LossKind::Ppo ? metrics_dict(res.ppo)
+                                                : metrics_dict(res.actor_critic);
+  if (spec.bound_cost > 0) metrics["bound_loss"] = res.bound_loss;
+  return py::make_tuple(metrics, res.grad_norm, res.applied);
+}
+
+}  // namespace
+
+void bind_train_step(py::module_& m) {
+  py::class_<TrainLoss>(m, "TrainLoss",
+                        "A built-in loss for train_step (rlpar.NativeLoss builds it).")
+      .def(py::init(&make_train_loss), py::arg("kind"), py::arg("policy"),
+           py::arg("policy_begin"), py::arg("num_actions"), py::arg("log_std_begin"),
+           py::arg("value_col"), py::arg("options"), py::arg("low"), py::arg("high"),
+           py::arg("bound_cost"));
+  m.def("train_step", &train_step, py::arg("net"), py::arg("params"), py::arg("grad"),
+        py::arg("loss"), py::arg("obs"), py::arg("behaviour"), py::arg("actions"),
+        py::arg("rewards"), py::arg("terminated"), py::arg("truncated"), py::arg("mask"),
+        py::arg("core_state"), py::arg("columns"), py::kw_only(), py::arg("value_mean"),
+        py::arg("value_std"), py::arg("max_grad_norm"), py::arg("optimizer"), py::arg("pool"),
+        "One optimizer step of a built-in loss on a batch's columns as one call: gather, "
+        "forward, loss, backward, clip, optimizer (native/include/rlpar/train_step.h). Returns "
+        "(metrics, grad_norm, applied).");
+}
+
+}  // namespace rlpar_py
