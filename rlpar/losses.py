@@ -296,6 +296,10 @@ class NativeLoss:
         )
         self.bound_cost = float(bound_cost) if bounded else 0.0
         self.value_mean, self.value_std = 0.0, 1.0
+        self.native = self._make_native()
+
+    def _make_native(self) -> _native.TrainLoss:
+        options = self.options
         native: dict[str, float | bool | str]
         if isinstance(options, PpoOptions):
             native = {
@@ -315,10 +319,21 @@ class NativeLoss:
             }  # fmt: skip
         low, high = self.bounds if self.bounds is not None else (None, None)
         kind = "ppo" if isinstance(options, PpoOptions) else "actor_critic"
-        self.native = _native.TrainLoss(
-            kind, policy, policy_begin, num_actions, log_std_begin, value_col, native, low, high,
-            self.bound_cost,
+        return _native.TrainLoss(
+            kind, self.policy, self.policy_begin, self.num_actions, self.log_std_begin,
+            self.value_col, native, low, high, self.bound_cost,
         )  # fmt: skip
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled (a Ray actor process, a copied agent) without the native object, which
+        `__setstate__` builds again from the options."""
+        state = self.__dict__.copy()
+        del state["native"]
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self.native = self._make_native()
 
     @classmethod
     def for_net(

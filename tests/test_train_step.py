@@ -7,6 +7,7 @@ several threads step one shared net at once; Python losses and optimizers keep t
 from __future__ import annotations
 
 import functools
+import pickle
 import threading
 
 import gymnasium as gym
@@ -132,6 +133,23 @@ def test_one_native_call_per_optimizer_step() -> None:
     calls = _native.gil_meter()[2]
     agent.learn(net, state, batch)
     assert _native.gil_meter()[2] - calls == 3 * 4
+
+
+@pytest.mark.parametrize("name", ["impala", "appo"])
+def test_an_agent_with_its_native_loss_pickles_and_steps_as_before(name) -> None:
+    """A Ray actor process receives the agent pickled: its `NativeLoss` travels as its options
+    (and PPO's value statistics) and is built again on the other side, stepping identically."""
+    agent, net, state, batch = setup(name)
+    agent.native_loss.value_mean, agent.native_loss.value_std = 0.25, 2.0
+    copy = pickle.loads(pickle.dumps(agent))
+    assert copy.native_loss.native is not agent.native_loss.native
+    assert (copy.native_loss.value_mean, copy.native_loss.value_std) == (0.25, 2.0)
+    _, _, other, _ = setup(name)
+    (loss, data), (twin, _) = agent.step_loss(batch), copy.step_loss(batch)
+    m1 = rlpar.train_step(net, state, data, loss, max_grad_norm=1.0)
+    m2 = rlpar.train_step(net, other, data, twin, max_grad_norm=1.0)
+    np.testing.assert_array_equal(state.params, other.params)
+    assert m1 == m2
 
 
 def test_train_step_with_columns_is_the_step_on_those_columns() -> None:
