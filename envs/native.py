@@ -15,6 +15,12 @@ each env's generator (the first ``reset()`` of an unseeded env draws seeds from 
 owns a xoshiro256** generator seeded through splitmix64, so its trajectory depends only on its
 own seed and actions. ``NativeEnv.reset(seed=s)`` gives the same episodes as env 0 of a vector
 env reset with ``seed=s``.
+
+Rendering: ``render_mode="rgb_array"`` (the only mode) makes ``render()`` return the current
+state as uint8 [H, W, 3] (a vector env: a tuple of K frames). CartPole and Acrobot are drawn by
+gymnasium's own classic-control renderer (pygame, ``pip install "rlpar[video]"``) from the
+native state, so a frame is the one gymnasium's env draws in the same state; Catch is its
+10 x 10 board scaled up, drawn in numpy.
 """
 
 from __future__ import annotations
@@ -70,6 +76,58 @@ def _check_seed(seed: Any, what: str) -> int:
     return int(seed)
 
 
+class _Renderer:
+    """Frames uint8 [H, W, 3] of one game's state (float64 [state_size], as ``save_state``'s
+    ``game`` row holds it). CartPole and Acrobot hand the state to a gymnasium env of the same
+    game made for rendering only (its state layout is the native one); Catch scales its board."""
+
+    CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1")  # gymnasium's ids of the same games
+    CATCH_CELL = 16  # pixels per board cell
+    CATCH_COLORS: ClassVar[dict[str, tuple[int, int, int]]] = {
+        "board": (20, 20, 30), "ball": (250, 200, 40), "paddle": (60, 160, 250),
+    }  # fmt: skip
+
+    def __init__(self, native: _native.VecEnv) -> None:
+        self.game, self.shape = native.name, tuple(native.obs_shape)
+        self._env: Any = None
+        game = self.game
+        if game not in self.CLASSIC_CONTROL and game != "Catch-v0":
+            raise ValueError(f"native env {game!r} has no rgb_array render")
+
+    def __call__(self, state: np.ndarray) -> np.ndarray:
+        if self.game == "Catch-v0":
+            return self._catch(state)
+        if self._env is None:
+            # Off-screen: pygame needs no display for rgb_array.
+            import os
+
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+            self._env = gym.make(self.game, render_mode="rgb_array").unwrapped
+        self._env.state = np.array(state, np.float64)
+        return np.asarray(self._env.render())
+
+    def _catch(self, state: np.ndarray) -> np.ndarray:
+        ball_row, ball_col, paddle_col = (int(v) for v in state[:3])
+        (rows, cols), cell = self.shape[:2], self.CATCH_CELL
+        board = np.empty((rows, cols, 3), np.uint8)
+        board[:] = self.CATCH_COLORS["board"]
+        board[rows - 1, paddle_col] = self.CATCH_COLORS["paddle"]
+        board[ball_row, ball_col] = self.CATCH_COLORS["ball"]
+        return np.repeat(np.repeat(board, cell, axis=0), cell, axis=1)
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+
+
+def _check_render_mode(render_mode: str | None) -> None:
+    if render_mode not in (None, "rgb_array"):
+        raise ValueError(
+            f'native envs render only render_mode="rgb_array", got render_mode={render_mode!r}'
+        )
+
+
 def _check_options(options: dict[str, Any] | None) -> None:
     if options:
         raise ValueError(
@@ -90,7 +148,7 @@ class NativeVectorEnv(VectorEnv):
 
     metadata: dict[str, Any] = {  # noqa: RUF012  (gymnasium reads it from the class)
         "autoreset_mode": AutoresetMode.NEXT_STEP,
-        "render_modes": [],
+        "render_modes": ["rgb_array"],
     }
     game: ClassVar[str] = ""
 
@@ -101,11 +159,11 @@ class NativeVectorEnv(VectorEnv):
         render_mode: str | None = None,
         game: str | None = None,
     ) -> None:
-        if render_mode is not None:
-            raise ValueError(f"native envs do not render, got render_mode={render_mode!r}")
+        _check_render_mode(render_mode)
         self.native = _native.VecEnv(game or self.game, num_envs, max_episode_steps)
         self.num_envs = num_envs
-        self.render_mode = None
+        self.render_mode = render_mode
+        self._renderer = _Renderer(self.native) if render_mode else None
         self.single_observation_space, self.single_action_space = _spaces(self.native)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
@@ -143,6 +201,17 @@ class NativeVectorEnv(VectorEnv):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         obs, rewards, terminated, truncated = self.native.step(actions)
         return obs, rewards, terminated, truncated, {}
+
+    def render(self) -> tuple[np.ndarray, ...] | None:
+        """With ``render_mode="rgb_array"``: each env's current state as uint8 [H, W, 3] (K
+        frames); None otherwise."""
+        if self._renderer is None:
+            return None
+        return tuple(self._renderer(row) for row in self.native.save_state()["game"])
+
+    def close_extras(self, **kwargs: Any) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
 
     def save_state(self) -> dict[str, np.ndarray]:
         """Every env's state, new arrays (what a checkpoint keeps to resume the episodes in
@@ -226,14 +295,14 @@ class NativeEnv(gym.Env):
     terminated, truncated=False, {}). Stepping on after an episode's end without ``reset`` is
     the native autoreset step (reward 0, the new episode's first observation)."""
 
-    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012  (read from the class)
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"]}  # noqa: RUF012  (read from the class)
     game: ClassVar[str] = ""
 
     def __init__(self, render_mode: str | None = None, game: str | None = None) -> None:
-        if render_mode is not None:
-            raise ValueError(f"native envs do not render, got render_mode={render_mode!r}")
+        _check_render_mode(render_mode)
         self.native = _native.VecEnv(game or self.game, 1, max_episode_steps=0)
-        self.render_mode = None
+        self.render_mode = render_mode
+        self._renderer = _Renderer(self.native) if render_mode else None
         self.observation_space, self.action_space = _spaces(self.native)
         self._seeded = False
 
@@ -258,29 +327,46 @@ class NativeEnv(gym.Env):
         obs, rewards, terminated, truncated = self.native.step(a.reshape(1))
         return obs[0], float(rewards[0]), bool(terminated[0]), bool(truncated[0]), {}
 
+    def render(self) -> np.ndarray | None:
+        """With ``render_mode="rgb_array"``: the current state as uint8 [H, W, 3]; None
+        otherwise."""
+        if self._renderer is None:
+            return None
+        return self._renderer(self.native.save_state()["game"][0])
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.native.name})"
 
 
 class CartPoleVectorEnv(NativeVectorEnv):
+    metadata = {**NativeVectorEnv.metadata, "render_fps": 50}  # noqa: RUF012
     game = "CartPole-v1"
 
 
 class AcrobotVectorEnv(NativeVectorEnv):
+    metadata = {**NativeVectorEnv.metadata, "render_fps": 15}  # noqa: RUF012
     game = "Acrobot-v1"
 
 
 class CatchVectorEnv(NativeVectorEnv):
+    metadata = {**NativeVectorEnv.metadata, "render_fps": 10}  # noqa: RUF012
     game = "Catch-v0"
 
 
 class CartPoleEnv(NativeEnv):
+    metadata = {**NativeEnv.metadata, "render_fps": 50}  # noqa: RUF012
     game = "CartPole-v1"
 
 
 class AcrobotEnv(NativeEnv):
+    metadata = {**NativeEnv.metadata, "render_fps": 15}  # noqa: RUF012
     game = "Acrobot-v1"
 
 
 class CatchEnv(NativeEnv):
+    metadata = {**NativeEnv.metadata, "render_fps": 10}  # noqa: RUF012
     game = "Catch-v0"

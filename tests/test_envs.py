@@ -460,8 +460,10 @@ def test_registration_is_idempotent_and_complete():
 @pytest.mark.filterwarnings("ignore:.*A Box observation space m")
 @pytest.mark.parametrize("env_id", rlpar_envs.ENV_IDS)
 def test_check_env_passes(env_id):
-    env = gym.make(env_id)
-    check_env(env.unwrapped, skip_render_check=True)
+    if "Catch" not in env_id:
+        pytest.importorskip("pygame")
+    env = gym.make(env_id, render_mode="rgb_array")
+    check_env(env.unwrapped)
 
 
 @pytest.mark.parametrize("env_id", rlpar_envs.ENV_IDS)
@@ -511,3 +513,80 @@ def test_runtime_runs_on_native_cartpole():
     assert result.env_steps >= 4000
     assert result.learner_steps > 0 and result.episodes > 0
     assert isinstance(rlpar.Net, type)
+
+
+# --- rgb_array render -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1"])
+def test_classic_control_frames_are_gymnasiums_own_in_the_same_state(env_id):
+    """The native env's frames, step after step, are what gymnasium's env of the same game
+    draws from the same state (its dynamics are the native ones bit for bit)."""
+    pytest.importorskip("pygame")
+    native = gym.make(f"rlpar/{env_id}", render_mode="rgb_array")
+    reference = gym.make(env_id, render_mode="rgb_array")
+    native.reset(seed=3)
+    reference.reset(seed=0)
+    reference.unwrapped.state = native.unwrapped.native.save_state()["game"][0].copy()
+    rng = np.random.default_rng(0)
+    for step in range(30):
+        np.testing.assert_array_equal(native.render(), reference.render(), err_msg=f"step {step}")
+        action = int(rng.integers(native.action_space.n))
+        _, _, term, trunc, _ = native.step(action)
+        _, _, ref_term, _, _ = reference.step(action)
+        assert term == ref_term
+        if term or trunc:
+            break
+    native.close()
+    reference.close()
+
+
+def test_a_catch_frame_shows_the_ball_and_the_paddle_where_the_observation_has_them():
+    env = gym.make("rlpar/Catch-v0", render_mode="rgb_array")
+    obs, _ = env.reset(seed=5)
+    rng = np.random.default_rng(0)
+    cell = rlpar_envs.native._Renderer.CATCH_CELL
+    colors = rlpar_envs.native._Renderer.CATCH_COLORS
+    for _ in range(9):
+        frame = env.render()
+        assert frame.shape == (10 * cell, 10 * cell, 3) and frame.dtype == np.uint8
+        board = frame[::cell, ::cell]  # one pixel per cell
+        # every cell is one flat colour
+        np.testing.assert_array_equal(np.repeat(np.repeat(board, cell, 0), cell, 1), frame)
+        lit = obs[..., 0] > 0
+        drawn = (board != colors["board"]).any(axis=-1)
+        np.testing.assert_array_equal(drawn, lit)
+        row, col = np.argwhere(lit[:-1])[0] if lit[:-1].any() else (9, None)
+        if col is not None:
+            assert tuple(board[row, col]) == colors["ball"]
+        obs, _, terminated, _, _ = env.step(int(rng.integers(3)))
+        if terminated:
+            break
+    env.close()
+
+
+@pytest.mark.parametrize("env_id", rlpar_envs.ENV_IDS)
+def test_a_vector_env_renders_each_env_as_the_single_env_does(env_id):
+    if "Catch" not in env_id:
+        pytest.importorskip("pygame")
+    vec = gym.make_vec(env_id, num_envs=3, render_mode="rgb_array")
+    vec.reset(seed=[4, 9, 2])
+    frames = vec.render()
+    assert len(frames) == 3
+    for seed, frame in zip([4, 9, 2], frames, strict=True):
+        single = gym.make(env_id, render_mode="rgb_array")
+        single.reset(seed=seed)
+        np.testing.assert_array_equal(frame, single.render())
+        single.close()
+    vec.close()
+
+
+def test_render_modes_other_than_rgb_array_are_refused_and_none_renders_nothing():
+    with pytest.raises(ValueError, match=r'render only render_mode="rgb_array", got .*human'):
+        rlpar_envs.CartPoleEnv(render_mode="human")
+    with pytest.raises(ValueError, match="human"):
+        rlpar_envs.CatchVectorEnv(2, render_mode="human")
+    env = rlpar_envs.CatchEnv()
+    env.reset(seed=0)
+    assert env.render() is None
+    assert gym.spec("rlpar/CartPole-v1").make(render_mode="rgb_array").metadata["render_fps"] == 50

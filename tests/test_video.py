@@ -82,9 +82,9 @@ def trained(tmp_path: Path, env_id: str) -> Path:
     folder = tmp_path / "exp"
     folder.mkdir(exist_ok=True)
     (folder / "slide.py").write_text(PLUGIN)
-    config = folder / f"{env_id}.toml"
+    config = folder / f"{env_id.replace('/', '_')}.toml"
     config.write_text(CONFIG.format(env_id=env_id))
-    logdir = tmp_path / "runs" / env_id
+    logdir = tmp_path / "runs" / env_id.replace("/", "_")
     proc = cli(tmp_path, "train", str(config), "--quiet", "--logdir", str(logdir))
     assert proc.returncode == 0, proc.stderr
     (run_dir,) = (logdir / "slide").iterdir()
@@ -101,21 +101,26 @@ def expected_frames(episodes: int) -> list[np.ndarray]:
     return frames
 
 
-def test_a_gif_holds_the_envs_renders_of_every_episode(tmp_path: Path) -> None:
+def recorded_gif(tmp_path: Path, env_id: str, episodes: int, frames: int) -> list[np.ndarray]:
+    """Train on ``env_id``, record ``episodes`` greedy episodes as a GIF; its decoded frames."""
     from PIL import Image, ImageSequence
 
-    run_dir = trained(tmp_path, "Slide-v0")
-    out = tmp_path / "slide.gif"
-    proc = cli(tmp_path, "eval", str(run_dir), "--video", str(out), "--episodes", "2")
+    run_dir = trained(tmp_path, env_id)
+    out = tmp_path / "video.gif"
+    proc = cli(tmp_path, "eval", str(run_dir), "--video", str(out), "--episodes", str(episodes))
     assert proc.returncode == 0, proc.stderr
-    assert f"{out}: 12 frames, 2 greedy episodes" in proc.stdout
+    assert f"{out}: {frames} frames, {episodes} greedy episodes" in proc.stdout
     with Image.open(out) as gif:
-        frames = [np.asarray(f.convert("RGB")) for f in ImageSequence.Iterator(gif)]
+        return [np.asarray(f.convert("RGB")) for f in ImageSequence.Iterator(gif)]
+
+
+def test_a_gif_holds_the_envs_renders_of_every_episode(tmp_path: Path) -> None:
+    frames = recorded_gif(tmp_path, "Slide-v0", 2, 12)
     want = expected_frames(2)
     assert len(frames) == len(want)
     for got, expected in zip(frames, want, strict=True):
         np.testing.assert_array_equal(got, expected)
-    assert not list(tmp_path.glob(".slide.tmp-*"))
+    assert not list(tmp_path.glob(".video.tmp-*"))
 
 
 def test_an_mp4_is_written_and_decodes_to_the_frames(tmp_path: Path) -> None:
@@ -153,3 +158,25 @@ def test_a_bad_frame_rate_is_refused_before_anything_plays(tmp_path: Path) -> No
     proc = cli(tmp_path, "eval", str(run_dir), "--video", str(tmp_path / "x.gif"), "--fps", "0")
     assert proc.returncode == 2 and "--fps: expected an integer >= 1, got 0" in proc.stderr
     assert not list(tmp_path.glob("*.gif"))
+
+
+def test_a_native_env_is_recorded_with_its_own_render(tmp_path: Path) -> None:
+    """rlpar's native envs render rgb_array frames: a Catch policy's GIF starts each episode
+    with the frame the env renders after ``reset(seed=episode)`` and shows the ball falling one
+    row per frame."""
+    import gymnasium as gym
+    import rlpar.envs
+
+    frames = recorded_gif(tmp_path, "rlpar/Catch-v0", 2, 20)
+    assert len(frames) == 20
+    cell = rlpar.envs.native._Renderer.CATCH_CELL
+    ball = rlpar.envs.native._Renderer.CATCH_COLORS["ball"]
+    for episode in range(2):
+        env = gym.make("rlpar/Catch-v0", render_mode="rgb_array")
+        env.reset(seed=episode)
+        np.testing.assert_array_equal(frames[10 * episode], env.render())
+        env.close()
+        for t in range(9):  # the bottom row's ball may sit on the paddle
+            board = frames[10 * episode + t][::cell, ::cell]
+            rows = np.flatnonzero((board == ball).all(axis=-1).any(axis=1))
+            assert list(rows) == [t]
