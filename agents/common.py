@@ -5,6 +5,7 @@ is in its own file."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -176,6 +177,15 @@ class OptimConfig:
         rlpar.check_field_types(self)
         if self.name not in ("adam", "rmsprop"):
             raise rlpar.ConfigError(f"name: expected 'adam' or 'rmsprop', got {self.name!r}")
+        for key, value, low in (("lr", self.lr, 0.0), ("eps", self.eps, 0.0)):
+            if not value > low or not math.isfinite(value):
+                raise rlpar.ConfigError(f"{key}: expected a finite number > {low}, got {value}")
+        if not 0.0 <= self.alpha < 1.0:
+            raise rlpar.ConfigError(f"alpha: expected a number in [0, 1), got {self.alpha}")
+        if not self.max_grad_norm > 0:
+            raise rlpar.ConfigError(
+                f"max_grad_norm: expected a number > 0, got {self.max_grad_norm}"
+            )
         if self.lr_decay_env_steps is not None and self.lr_decay_env_steps < 1:
             raise rlpar.ConfigError(
                 f"lr_decay_env_steps: expected an integer >= 1 or none, got "

@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval(commands)
     _add_agents(commands)
     _add_plot(commands)
+    _add_sweep(commands)
     _add_bench(commands)
     return parser
 
@@ -516,6 +517,55 @@ def _run_plot(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as e:
         return _error("plot", e, 2)
     print(out)
+    return 0
+
+
+def _add_sweep(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "sweep",
+        help="a hyper-parameter sweep on Ray Tune (grid / choice / ranges, ASHA early stopping)",
+        description="Train CONFIG once per trial of the space in SPACE.toml (config keys as "
+        "--set names them, each with grid, choice, uniform, loguniform or randint), each trial a "
+        "run directory under <logdir>/<name>/sweep-<timestamp>/, on Ray Tune (a local Ray on "
+        "127.0.0.1, or --address). ASHA stops trials whose evaluated return (eval.interval_env_"
+        "steps) trails at a rung. Writes results.json, results.md (trials ranked by evaluated "
+        'return) and best.toml (CONFIG with the best values). Needs pip install "rlpar[sweep]".',
+        epilog="example: rlpar sweep experiments/minatar_breakout_impala.toml "
+        "--space experiments/sweep_minatar_breakout.toml",
+    )
+    p.add_argument("config", metavar="CONFIG.toml", help="the experiment file")
+    p.add_argument("--space", required=True, metavar="SPACE.toml", help="the space to sweep")
+    _set_option(p)
+    p.add_argument("--logdir", metavar="DIR", help="put the sweep under DIR instead of log.logdir")
+    p.add_argument(
+        "--address", metavar="HOST:PORT", help="a Ray cluster to run on (default: a local Ray)"
+    )
+    p.add_argument("--num-cpus", type=int, metavar="N", help="CPUs of the local Ray (default: all)")
+    p.add_argument("--json", action="store_true", help="print results.json's trials as JSON")
+    p.set_defaults(run=_run_sweep)
+
+
+def _run_sweep(args: argparse.Namespace) -> int:
+    from rlpar.app.sweep import run_sweep
+    from rlpar.config import ConfigError
+
+    _setup_logging(quiet=False)
+    if args.num_cpus is not None and args.num_cpus < 1:
+        return _error("sweep", f"--num-cpus: expected an integer >= 1, got {args.num_cpus}", 2)
+    try:
+        root, rows = run_sweep(
+            args.config, args.space, args.overrides, args.logdir, args.address, args.num_cpus
+        )
+    except ConfigError as e:
+        return _error("sweep", e, 2)
+    except (ValueError, OSError, ConnectionError) as e:
+        return _error("sweep", e, 1)
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        print((root / "results.md").read_text(encoding="utf-8"), end="")
+        best = root / "best.toml"
+        print(f"\n{root}: results.json, results.md" + (f", {best.name}" if best.exists() else ""))
     return 0
 
 

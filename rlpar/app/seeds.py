@@ -36,7 +36,15 @@ from rlpar.app.experiment import Experiment, load_experiment
 from rlpar.app.train import make_run_dir
 from rlpar.config import ConfigError
 
-__all__ = ["aggregate", "bootstrap_ci", "format_aggregate", "iqm", "parse_seeds", "run_seeds"]
+__all__ = [
+    "aggregate",
+    "bootstrap_ci",
+    "format_aggregate",
+    "iqm",
+    "parse_seeds",
+    "run_seeds",
+    "write_atomically",
+]
 
 _RANGE = re.compile(r"(\d+)-(\d+)")
 MAX_SEEDS = 1000
@@ -181,7 +189,8 @@ def _row(seed: int, summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it to ``path``."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
@@ -246,8 +255,8 @@ def run_seeds(
             proc.wait()
     ordered = [rows[s] for s in seeds]
     agg = aggregate(ordered)
-    _write_atomically(parent / "aggregate.json", json.dumps({"rows": ordered, **agg}, indent=2))
-    _write_atomically(parent / "aggregate.md", format_aggregate(exp.name, ordered, agg))
+    write_atomically(parent / "aggregate.json", json.dumps({"rows": ordered, **agg}, indent=2))
+    write_atomically(parent / "aggregate.md", format_aggregate(exp.name, ordered, agg))
     return parent, ordered, agg
 
 

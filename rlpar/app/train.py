@@ -20,6 +20,7 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -103,8 +104,16 @@ class Training:
             encoding="utf-8",
         )
 
-    def run(self, quiet: bool = False, stream: TextIO | None = None) -> dict[str, Any]:
-        """Train until a stop condition; write ``summary.json``; return the summary."""
+    def run(
+        self,
+        quiet: bool = False,
+        stream: TextIO | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> dict[str, Any]:
+        """Train until a stop condition; write ``summary.json``; return the summary.
+        ``on_progress``: called with each `Progress` too, on the calling thread (as
+        `rlpar.Runner.run` calls it)."""
+        extra = on_progress
         exp, runner = self.experiment, self.runner
         display = make_display(
             exp.runtime.total_env_steps, quiet, exp.log.log_interval_s, stream, runner.env_steps()
@@ -118,9 +127,11 @@ class Training:
             exp.log.histogram_interval,
         )
 
-        def on_progress(p: Progress) -> None:
+        def update(p: Progress) -> None:
             monitor.update(p)
             display.update(p)
+            if extra is not None:
+                extra(p)
 
         try:
             monitor.start()
@@ -128,7 +139,7 @@ class Training:
                 with display.redirect_logging():
                     log.info("run directory: %s", self.run_dir)
                     result = runner.run(
-                        on_progress=on_progress,
+                        on_progress=update,
                         progress_interval_s=PROGRESS_INTERVAL_S,
                     )
             finally:

@@ -1,0 +1,438 @@
+"""``rlpar sweep CONFIG --space SPACE.toml``: hyper-parameter sweeps on Ray Tune.
+
+The space file names config keys (as ``--set`` does) and how to draw each::
+
+    [sweep]
+    num_samples = 4          # draws of the random dimensions (each grid point gets them all)
+    max_concurrent = 2       # trials at a time (default: the CPUs Ray sees / cpus_per_trial)
+    cpus_per_trial = 1
+    seed = 0                 # Tune's draws: the same space and seed give the same trials
+    scheduler = "asha"       # or "fifo": every trial runs its whole budget
+    grace_env_steps = 200000 # ASHA: no trial stops before this many env steps
+    reduction_factor = 2     # ASHA: the best 1/reduction_factor of a rung goes on
+
+    [space]
+    "agent.optim.lr" = { loguniform = [1e-4, 3e-3] }
+    "agent.passes" = { grid = [1, 2, 3] }
+    "agent.epochs" = { choice = [2, 4] }
+    "agent.entropy_cost" = { uniform = [0.001, 0.02] }
+    "runtime.unroll_length" = { randint = [16, 33] }   # [low, high)
+
+Each trial is one training run of CONFIG with its values set, in a Ray worker process, in a
+run directory of its own (``trial-<Tune's trial id>/``, what ``rlpar train`` makes for one).
+It reports the evaluated return (the first policy of ``[eval]``) of every periodic evaluation
+(``eval.interval_env_steps``) and of the final one, with the env steps so far; ASHA stops a
+trial at a rung (in env steps) when its return is below the rung's best 1/reduction_factor.
+
+The sweep directory ``<log.logdir>/<name>/sweep-<timestamp>/`` gets ``results.json`` and
+``results.md`` (the trials ranked by their last evaluated return, finished trials first, with
+how each ended: "finished", "stopped by ASHA at N env steps", "crashed: ...") and
+``best.toml``: CONFIG's own tables with the best finished trial's values set, ready to commit.
+Each is written to a temporary file and renamed.
+
+Ray is started on this machine (127.0.0.1 only, no dashboard, no usage statistics) unless
+``address`` names a cluster. Needs ``pip install "rlpar[sweep]"`` (Ray Tune).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from rlpar.app.experiment import apply_overrides, load_experiment, to_toml, toml_value
+from rlpar.app.seeds import write_atomically
+from rlpar.app.train import make_run_dir
+from rlpar.config import ConfigError
+
+__all__ = ["KINDS", "Dimension", "SweepSpec", "load_space", "ranked", "run_sweep"]
+
+log = logging.getLogger("rlpar")
+
+KINDS = ("grid", "choice", "uniform", "loguniform", "randint")
+"""How a dimension is drawn: ``grid`` (every value, crossed with the other grids), ``choice``
+(one value per draw), ``uniform`` / ``loguniform`` [low, high] floats, ``randint`` [low, high)
+integers."""
+
+_SWEEP_KEYS = {
+    "num_samples": (int, 1),
+    "max_concurrent": (int, 1),
+    "cpus_per_trial": (float, 0.01),
+    "seed": (int, 0),
+    "scheduler": (str, None),
+    "grace_env_steps": (int, 1),
+    "reduction_factor": (float, 1.0001),
+}
+METRIC = "eval_return"
+"""What each trial reports and what ranks them: the evaluated mean return."""
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One swept key: ``key`` as ``--set`` names it, ``kind`` one of `KINDS`, ``values`` the
+    list (grid, choice) or [low, high] (the ranges)."""
+
+    key: str
+    kind: str
+    values: list[Any]
+
+    def candidates(self) -> list[Any]:
+        """Values that stand for the dimension when the config checks it: every listed value,
+        or a range's ends."""
+        if self.kind == "randint":
+            return [self.values[0], self.values[1] - 1]
+        return list(self.values)
+
+    def tune_domain(self, tune: Any) -> Any:
+        lo_hi = self.values
+        return {
+            "grid": lambda: tune.grid_search(list(self.values)),
+            "choice": lambda: tune.choice(list(self.values)),
+            "uniform": lambda: tune.uniform(*lo_hi),
+            "loguniform": lambda: tune.loguniform(*lo_hi),
+            "randint": lambda: tune.randint(*lo_hi),
+        }[self.kind]()
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A space file, read and checked against the experiment (see the module docstring)."""
+
+    dimensions: list[Dimension]
+    num_samples: int = 1
+    max_concurrent: int | None = None
+    cpus_per_trial: float = 1.0
+    seed: int = 0
+    scheduler: str = "asha"
+    grace_env_steps: int | None = None
+    reduction_factor: float = 2.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def grid_size(self) -> int:
+        return math.prod(len(d.values) for d in self.dimensions if d.kind == "grid")
+
+    @property
+    def num_trials(self) -> int:
+        return self.grid_size * self.num_samples
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _dimension(where: str, key: str, spec: Any) -> Dimension:
+    if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in KINDS:
+        raise ConfigError(
+            f"{where}: {key!r}: expected a table with one of {', '.join(KINDS)} "
+            f"(e.g. {{ grid = [1, 2] }}), got {spec!r}"
+        )
+    kind, values = next(iter(spec.items()))
+    if kind in ("grid", "choice"):
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{where}: {key!r}: {kind} expects a non-empty list, got {values!r}")
+        return Dimension(key, kind, values)
+    ok = isinstance(values, list) and len(values) == 2 and all(_number(v) for v in values)
+    if ok and kind == "randint":
+        ok = all(isinstance(v, int) for v in values) and values[0] < values[1]
+    elif ok:
+        ok = values[0] < values[1] and (kind != "loguniform" or values[0] > 0)
+    if not ok:
+        expected = {
+            "uniform": "[low, high] numbers with low < high",
+            "loguniform": "[low, high] numbers with 0 < low < high",
+            "randint": "[low, high) integers with low < high",
+        }[kind]
+        raise ConfigError(f"{where}: {key!r}: {kind} expects {expected}, got {values!r}")
+    return Dimension(key, kind, [float(v) for v in values] if kind != "randint" else values)
+
+
+def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"agent": {"optim": {"lr": {...}}}}`` or ``{"agent.optim.lr": {...}}`` -> dotted keys
+    of the leaves (tables whose one key is a kind)."""
+    out: dict[str, Any] = {}
+    for k, v in table.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and not (len(v) == 1 and next(iter(v)) in KINDS):
+            out |= _flatten(v, key + ".")
+        else:
+            out[key] = v
+    return out
+
+
+def load_space(path: str | Path, config: str | Path, overrides: list[str] = []) -> SweepSpec:  # noqa: B006
+    """Read the space file ``path`` and check it against the experiment ``config``: every key
+    must be one the config accepts (a did-you-mean when not, as ``--set`` says) and every value
+    of the right type and range (each listed value and each range's ends go through the
+    config's own checks). `ConfigError` naming the key, what was expected and what came."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"--space {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--space {path}: cannot read: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"--space {path}: not valid TOML: {e}") from None
+    where = f"--space {path}"
+    unknown = sorted(set(data) - {"sweep", "space"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown table(s) {unknown}: expected [sweep] and [space]")
+    space = data.get("space")
+    if not isinstance(space, dict) or not space:
+        raise ConfigError(f"{where}: expected a [space] table naming at least one config key")
+    dims = [_dimension(where, k, v) for k, v in _flatten(space).items()]
+    settings = data.get("sweep", {})
+    if not isinstance(settings, dict):
+        raise ConfigError(f"{where}: [sweep] must be a table, got {settings!r}")
+    kwargs: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key not in _SWEEP_KEYS:
+            raise ConfigError(
+                f"{where}: [sweep] {key!r} is not a sweep setting; expected one of "
+                f"{', '.join(_SWEEP_KEYS)}"
+            )
+        tp, minimum = _SWEEP_KEYS[key]
+        if key == "scheduler":
+            if value not in ("asha", "fifo"):
+                raise ConfigError(
+                    f'{where}: [sweep] scheduler: expected "asha" or "fifo", got {value!r}'
+                )
+        elif not _number(value) or (tp is int and not isinstance(value, int)) or value < minimum:
+            kind = "an integer" if tp is int else "a number"
+            raise ConfigError(
+                f"{where}: [sweep] {key}: expected {kind} >= {minimum}, got {value!r}"
+            )
+        kwargs[key] = value
+    spec = SweepSpec(dims, **kwargs)
+    _check_against_config(where, spec, config, overrides)
+    return spec
+
+
+def _check_against_config(
+    where: str, spec: SweepSpec, config: str | Path, overrides: list[str]
+) -> None:
+    exp = load_experiment(config, overrides)  # the experiment itself must be fine first
+    for d in spec.dimensions:
+        for value in d.candidates():
+            try:
+                load_experiment(config, [*overrides, f"{d.key}={toml_value(value)}"])
+            except ConfigError as e:
+                raise ConfigError(f"{where}: [space] {d.key!r} = {value!r}: {e}") from None
+    if spec.scheduler == "asha" and exp.eval.interval_env_steps is None:
+        raise ConfigError(
+            f'{where}: scheduler "asha" stops trials on their evaluations during training: '
+            "expected eval.interval_env_steps to be set in the config (or --set), got none; "
+            'or use scheduler = "fifo"'
+        )
+
+
+# ------------------------------------------------------------------------------ the trials
+
+
+def _trial(tune_config: dict[str, Any], *, config: str, overrides: list[str], root: str) -> None:
+    """One trial, in a Ray worker: train ``config`` with the trial's values, reporting each
+    evaluated return to Tune."""
+    from ray import tune
+
+    from rlpar.app.train import Training
+
+    ctx = tune.get_context()
+    values = [f"{k}={toml_value(v)}" for k, v in tune_config.items()]
+    exp = load_experiment(config, [*overrides, *values])
+    run_dir = Path(root) / f"trial-{ctx.get_trial_id()}"
+    training = Training(exp, run_dir=run_dir)
+    seen = 0
+    t0 = time.perf_counter()
+
+    def on_progress(_: Any) -> None:
+        nonlocal seen
+        points, seen = training.runner.evaluations.since(seen)
+        for point in points:
+            tune.report({
+                METRIC: point.results[0].mean_return, "env_steps": point.env_steps,
+                "wall_s": time.perf_counter() - t0, "final": False,
+            })  # fmt: skip
+
+    summary = training.run(quiet=True, on_progress=on_progress)
+    evaluation = summary.get("evaluation") or []
+    last = evaluation[0]["mean_return"] if evaluation else None
+    if last is None:  # no final evaluation ([eval] episodes = 0): the last periodic one
+        points, _ = training.runner.evaluations.since(0)
+        last = points[-1].results[0].mean_return if points else float("nan")
+    tune.report({
+        METRIC: last, "env_steps": summary["env_steps"], "wall_s": summary["wall_s"],
+        "final": True, "run_dir": summary["run_dir"],
+    })  # fmt: skip
+
+
+def _connect(address: str | None, num_cpus: int | None) -> Any:
+    from rlpar.runtime import ray_backend
+
+    if address is None:
+        return ray_backend.init_local_ray(num_cpus or os.cpu_count() or 1)
+    ray = ray_backend._import_ray(local=ray_backend._on_loopback(address))
+    ray_backend._probe(address)
+    with ray_backend._clean_working_dir() as runtime_env:
+        ray.init(address=address, logging_level=logging.WARNING, runtime_env=runtime_env)
+    return ray
+
+
+def run_sweep(
+    config: str,
+    space: str,
+    overrides: list[str] = [],  # noqa: B006
+    logdir: str | None = None,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    on_trial: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[Path, list[dict[str, Any]]]:
+    """Run the sweep (module docstring); returns (the sweep directory, the ranked rows)."""
+    spec = load_space(space, config, overrides)
+    try:
+        from ray import tune  # noqa: F401  (checked before anything is made)
+    except ImportError:
+        raise ConfigError('rlpar sweep needs Ray Tune: pip install "rlpar[sweep]"') from None
+    exp = load_experiment(config, overrides)
+    if logdir is not None:
+        exp = dataclasses.replace(exp, log=dataclasses.replace(exp.log, logdir=logdir))
+    root = make_run_dir(Path(exp.log.logdir).resolve() / exp.name, prefix="sweep-")
+    config_abs = str(Path(config).resolve())
+    ray = _connect(address, num_cpus)
+    try:
+        grid = _fit(spec, exp, config_abs, list(overrides), root)
+    finally:
+        ray.shutdown()
+    rows = ranked(_rows(grid, spec))
+    if on_trial is not None:
+        for row in rows:
+            on_trial(row)
+    _write_results(root, exp.name, spec, rows, config, overrides)
+    return root, rows
+
+
+def _fit(spec: SweepSpec, exp: Any, config: str, overrides: list[str], root: Path) -> Any:
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    scheduler: Any
+    if spec.scheduler == "asha":
+        total = exp.runtime.total_env_steps
+        scheduler = ASHAScheduler(
+            time_attr="env_steps", max_t=total,
+            grace_period=spec.grace_env_steps or max(1, exp.eval.interval_env_steps),
+            reduction_factor=spec.reduction_factor,
+        )  # fmt: skip
+    else:
+        scheduler = FIFOScheduler()
+    trainable = tune.with_parameters(_trial, config=config, overrides=overrides, root=str(root))
+    tuner = tune.Tuner(
+        tune.with_resources(trainable, {"cpu": spec.cpus_per_trial}),
+        param_space={d.key: d.tune_domain(tune) for d in spec.dimensions},
+        tune_config=tune.TuneConfig(
+            metric=METRIC, mode="max", num_samples=spec.num_samples, scheduler=scheduler,
+            search_alg=BasicVariantGenerator(random_state=spec.seed),
+            max_concurrent_trials=spec.max_concurrent,
+        ),
+        run_config=tune.RunConfig(
+            name="tune", storage_path=str(root), verbose=0,
+            failure_config=tune.FailureConfig(max_failures=0),
+        ),
+    )  # fmt: skip
+    return tuner.fit()
+
+
+def _rows(grid: Any, spec: SweepSpec) -> list[dict[str, Any]]:
+    rows = []
+    for i, result in enumerate(grid):
+        m = result.metrics or {}
+        keys = [d.key for d in spec.dimensions]
+        row: dict[str, Any] = {
+            "trial": i,
+            "config": {k: result.config.get(k) for k in keys},
+            METRIC: m.get(METRIC),
+            "env_steps": m.get("env_steps"),
+            "wall_s": m.get("wall_s"),
+            "run_dir": m.get("run_dir"),
+        }
+        if result.error is not None:
+            lines = [x for x in str(result.error).strip().splitlines() if x.strip()]
+            row["status"] = f"crashed: {lines[-1][:300] if lines else 'no message'}"
+        elif m.get("final"):
+            row["status"] = "finished"
+        else:
+            row["status"] = f"stopped by ASHA at {m.get('env_steps') or 0:,} env steps"
+        if isinstance(row[METRIC], float) and math.isnan(row[METRIC]):
+            row[METRIC] = None
+        rows.append(row)
+    return rows
+
+
+def ranked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Finished trials first, then stopped ones, then crashed; each by return, best first."""
+
+    def key(r: dict[str, Any]) -> tuple[int, float]:
+        order = 0 if r["status"] == "finished" else 2 if r["status"].startswith("crashed") else 1
+        value = r[METRIC]
+        return order, -(value if value is not None else -math.inf)
+
+    return sorted(rows, key=key)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "" if v is None else str(v)
+
+
+def _write_results(
+    root: Path, name: str, spec: SweepSpec, rows: list[dict[str, Any]], config: str,
+    overrides: list[str],
+) -> None:  # fmt: skip
+    keys = [d.key for d in spec.dimensions]
+    best = next((r for r in rows if r["status"] == "finished"), None)
+    write_atomically(
+        root / "results.json",
+        json.dumps({"metric": METRIC, "mode": "max", "trials": rows, "best": best}, indent=2),
+    )
+    lines = [
+        f"# Sweep of {name}: {len(rows)} trials, ranked by the evaluated return",
+        "",
+        "| rank | " + " | ".join(f"`{k}`" for k in keys) + " | evaluated return | env steps "
+        "| wall s | status |",
+        "|---" * (len(keys) + 5) + "|",
+    ]
+    for rank, r in enumerate(rows, 1):
+        cells = [_fmt(r["config"][k]) for k in keys]
+        lines.append(
+            f"| {rank} | " + " | ".join(cells)
+            + f" | {_fmt(r[METRIC])} | {_fmt(r['env_steps'])} | {_fmt(r['wall_s'])} "
+            f"| {r['status']} |"
+        )  # fmt: skip
+    write_atomically(root / "results.md", "\n".join(lines) + "\n")
+    if best is None:
+        log.warning("sweep: no trial finished, so no best.toml")
+        return
+    file_data = tomllib.loads(Path(config).read_text(encoding="utf-8"))
+    values = [f"{k}={toml_value(v)}" for k, v in best["config"].items()]
+    data = apply_overrides(file_data, [*overrides, *values])
+    header = (
+        f"# {Path(config).name} with the best values of the sweep in {root}\n"
+        f"# ({', '.join(values)}: evaluated return {_fmt(best[METRIC])} after "
+        f"{_fmt(best['env_steps'])} env steps)\n"
+    )
+    write_atomically(root / "best.toml", header + to_toml(data))

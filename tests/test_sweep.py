@@ -1,0 +1,171 @@
+"""``rlpar sweep``: the space file is checked against the config before anything runs (keys
+with a did-you-mean, value types and ranges, sweep settings); a two-trial sweep on Ray Tune
+(a local Ray on 127.0.0.1, started by the command, its process group killed by the test)
+ranks its trials, lets ASHA stop the one that trails, and writes a best.toml that loads."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlpar.app.experiment import load_experiment
+from rlpar.app.sweep import METRIC, load_space, ranked
+from rlpar.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "experiments" / "cartpole_impala.toml"
+# A small deterministic run: the same trials give the same returns, so ASHA decides the same.
+SMALL = [
+    "runtime.total_env_steps=20000", "runtime.target_return=none", "runtime.deterministic=true",
+    "runtime.num_actors=1", "eval.interval_env_steps=4000", "eval.interval_episodes=5",
+    "eval.episodes=10",
+]  # fmt: skip
+
+
+def space(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "space.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_space_is_read_with_its_settings_and_dimensions(tmp_path: Path) -> None:
+    spec = load_space(
+        space(
+            tmp_path,
+            """
+[sweep]
+num_samples = 3
+seed = 7
+scheduler = "fifo"
+[space]
+"agent.optim.lr" = { loguniform = [1e-4, 1e-2] }
+"agent.passes" = { grid = [1, 2] }
+[space.runtime]
+unroll_length = { randint = [8, 17] }
+""",
+        ),
+        CONFIG,
+    )
+    kinds = {d.key: (d.kind, d.values) for d in spec.dimensions}
+    assert kinds == {
+        "agent.optim.lr": ("loguniform", [1e-4, 1e-2]),
+        "agent.passes": ("grid", [1, 2]),
+        "runtime.unroll_length": ("randint", [8, 17]),
+    }
+    assert (spec.num_samples, spec.seed, spec.scheduler) == (3, 7, "fifo")
+    assert spec.num_trials == 2 * 3
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('[space]\n"agent.optim.lrr" = { grid = [0.1] }',
+         "unknown key 'agent.optim.lrr' (did you mean 'agent.optim.lr'?)"),
+        ('[space]\n"agent.optim.lr" = { grid = ["fast"] }', "'agent.optim.lr' = 'fast'"),
+        ('[space]\n"agent.optim.lr" = { grid = [0.0] }', "lr: expected a finite number > 0.0"),
+        ('[space]\n"agent.optim.lr" = { loguniform = [0, 1] }',
+         "loguniform expects [low, high] numbers with 0 < low < high, got [0, 1]"),
+        ('[space]\n"runtime.unroll_length" = { randint = [8.5, 16] }',
+         "randint expects [low, high) integers with low < high"),
+        ('[space]\n"agent.passes" = { grid = [] }', "grid expects a non-empty list, got []"),
+        ('[space]\n"agent.passes" = { steps = [1, 2] }', "expected a table with one of grid"),
+        ('[space]\n"agent.passes" = 3', "expected a table with one of grid"),
+        ("[sweep]\nnum_samples = 2", "expected a [space] table"),
+        ('[sweep]\nsamples = 2\n[space]\n"agent.passes" = { grid = [1] }',
+         "[sweep] 'samples' is not a sweep setting"),
+        ('[sweep]\nnum_samples = 0\n[space]\n"agent.passes" = { grid = [1] }',
+         "num_samples: expected an integer >= 1, got 0"),
+        ('[sweep]\nscheduler = "pbt"\n[space]\n"agent.passes" = { grid = [1] }',
+         'scheduler: expected "asha" or "fifo", got \'pbt\''),
+        ('[space]\n"agent.passes" = { grid = [1, 2] }', "expected eval.interval_env_steps"),
+        ("[space\n", "not valid TOML"),
+    ],
+)  # fmt: skip
+def test_a_bad_space_is_a_config_error_naming_the_key(tmp_path: Path, text: str, said: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_space(space(tmp_path, text), CONFIG, ["eval.interval_env_steps=none"])
+    assert said in str(e.value)
+    assert str(e.value).startswith(f"--space {tmp_path / 'space.toml'}")
+
+
+def test_a_missing_space_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such file"):
+        load_space(tmp_path / "nope.toml", CONFIG)
+
+
+def test_trials_rank_finished_first_then_stopped_then_crashed() -> None:
+    rows = [
+        {"trial": 0, METRIC: 50.0, "status": "stopped by ASHA at 10 env steps"},
+        {"trial": 1, METRIC: None, "status": "crashed: ValueError: x"},
+        {"trial": 2, METRIC: 20.0, "status": "finished"},
+        {"trial": 3, METRIC: 30.0, "status": "finished"},
+        {"trial": 4, METRIC: None, "status": "stopped by ASHA at 5 env steps"},
+    ]
+    assert [r["trial"] for r in ranked(rows)] == [3, 2, 0, 4, 1]
+
+
+def _group_alive(pgid: int) -> list[int]:
+    alive = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if os.getpgid(int(pid)) == pgid:
+                    alive.append(int(pid))
+            except ProcessLookupError:
+                pass
+    return alive
+
+
+def test_a_two_trial_sweep_ranks_stops_the_trailing_trial_and_writes_the_best(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("ray.tune")
+    path = space(
+        tmp_path,
+        "[sweep]\nmax_concurrent = 1\ngrace_env_steps = 4000\n"
+        '[space]\n"agent.optim.lr" = { grid = [0.003, 1e-7] }\n',
+    )
+    cmd = [sys.executable, "-m", "rlpar", "sweep", str(CONFIG), "--space", str(path), "--json",
+           "--logdir", str(tmp_path / "runs"), "--num-cpus", "2"]  # fmt: skip
+    for o in SMALL:
+        cmd += ["--set", o]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=240)
+    finally:  # the sweep's Ray processes are in its process group: none outlives the test
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == 0, err[-3000:]
+    rows = json.loads(out.strip().splitlines()[-1])
+    assert sorted(r["config"]["agent.optim.lr"] for r in rows) == [1e-7, 0.003]
+    best, other = rows
+    assert best["status"] == "finished" and best["env_steps"] >= 20000
+    # Which trial Tune starts first decides whether ASHA has a rung to stop the other at.
+    if other["status"] == "finished":
+        assert other[METRIC] <= best[METRIC]
+    else:
+        assert other["status"] == f"stopped by ASHA at {other['env_steps']:,} env steps"
+        assert other["env_steps"] < 20000
+    (root,) = (tmp_path / "runs" / "cartpole_impala").iterdir()
+    results = json.loads((root / "results.json").read_text())
+    assert results["best"] == best and results["trials"] == rows
+    summary = json.loads((Path(best["run_dir"]) / "summary.json").read_text())
+    assert summary["evaluation"][0]["mean_return"] == best[METRIC]
+    table = (root / "results.md").read_text()
+    assert f"| 1 | {best['config']['agent.optim.lr']:.4g} |" in table
+    exp = load_experiment(root / "best.toml")
+    assert exp.agent.optim.lr == best["config"]["agent.optim.lr"]
+    assert exp.runtime.total_env_steps == 20000
+    assert not list(root.glob(".*tmp*"))
+    assert not _group_alive(proc.pid)
