@@ -40,7 +40,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -279,18 +278,6 @@ def _trial(tune_config: dict[str, Any], *, config: str, overrides: list[str], ro
     })  # fmt: skip
 
 
-def _connect(address: str | None, num_cpus: int | None) -> Any:
-    from rlpar.runtime import ray_backend
-
-    if address is None:
-        return ray_backend.init_local_ray(num_cpus or os.cpu_count() or 1)
-    ray = ray_backend._import_ray(local=ray_backend._on_loopback(address))
-    ray_backend._probe(address)
-    with ray_backend._clean_working_dir() as runtime_env:
-        ray.init(address=address, logging_level=logging.WARNING, runtime_env=runtime_env)
-    return ray
-
-
 def run_sweep(
     config: str,
     space: str,
@@ -311,7 +298,9 @@ def run_sweep(
         exp = dataclasses.replace(exp, log=dataclasses.replace(exp.log, logdir=logdir))
     root = make_run_dir(Path(exp.log.logdir).resolve() / exp.name, prefix="sweep-")
     config_abs = str(Path(config).resolve())
-    ray = _connect(address, num_cpus)
+    from rlpar.runtime.ray_backend import connect_ray
+
+    ray = connect_ray(address, num_cpus)
     try:
         grid = _fit(spec, exp, config_abs, list(overrides), root)
     finally:

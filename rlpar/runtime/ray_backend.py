@@ -66,7 +66,7 @@ from rlpar.runtime.env_setup import add_import_folders, import_folders, run_setu
 from rlpar.runtime.envs import make_actor_envs, storage_dtype
 from rlpar.snapshot import SnapshotStore
 
-__all__ = ["RayActors", "RemoteActor", "init_local_ray"]
+__all__ = ["RayActors", "RemoteActor", "connect_ray", "init_local_ray"]
 
 log = logging.getLogger("rlpar")
 
@@ -135,7 +135,10 @@ class RayActors:
         self.spaces = (probe.single_observation_space, probe.single_action_space)
         probe.close()
         self.ray = _import_ray(local=_on_loopback(cfg.ray_address))
-        self._owns_connection = _connect(self.ray, cfg, self._object_store_bytes())
+        self._owns_connection = _connect(
+            self.ray, cfg.ray_address, max(os.cpu_count() or 1, cfg.num_actors),
+            self._object_store_bytes(),
+        )  # fmt: skip
 
     @property
     def num_processes(self) -> int:
@@ -464,31 +467,39 @@ class RemoteActor:
         self.pid = pid
 
 
-def _connect(ray: Any, cfg: RuntimeConfig, object_store_bytes: int) -> bool:
-    """Connect to Ray as ``cfg.ray_address`` says; True when this call made the connection
-    (and `RayActors.close` should end it)."""
+def connect_ray(address: str | None, num_cpus: int | None = None) -> Any:
+    """Import Ray and connect as ``runtime.ray_address = address`` would (None: a local
+    instance of ``num_cpus`` CPUs, default all, on 127.0.0.1 only); returns the ``ray``
+    module (``ray.shutdown()`` ends the connection). For other users of Ray, such as
+    ``rlpar sweep``."""
+    ray = _import_ray(local=_on_loopback(address))
+    _connect(ray, address, num_cpus or os.cpu_count() or 1, 100 << 20)
+    return ray
+
+
+def _connect(ray: Any, address: str | None, num_cpus: int, object_store_bytes: int) -> bool:
+    """Connect to Ray at ``address`` (None: a local instance); True when this call made the
+    connection (and `RayActors.close` should end it)."""
     if ray.is_initialized():
         log.info("ray backend: using the Ray connection this process already has")
         return False
-    if cfg.ray_address is None:
-        init_local_ray(max(os.cpu_count() or 1, cfg.num_actors), object_store_bytes)
+    if address is None:
+        init_local_ray(num_cpus, object_store_bytes)
         return True
-    if cfg.ray_address != "auto":
-        _probe(cfg.ray_address)
-    if _on_loopback(cfg.ray_address) and not _loopback_mode():
+    if address != "auto":
+        _probe(address)
+    if _on_loopback(address) and not _loopback_mode():
         raise ConnectionError(
-            f"runtime.ray_address = {cfg.ray_address!r} is a loopback address, but Ray was "
+            f"runtime.ray_address = {address!r} is a loopback address, but Ray was "
             "imported without RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 and would look for the "
             "cluster at this machine's network address: set it before importing ray"
         )
     try:
         with _clean_working_dir() as runtime_env:
-            ray.init(
-                address=cfg.ray_address, logging_level=logging.WARNING, runtime_env=runtime_env
-            )
+            ray.init(address=address, logging_level=logging.WARNING, runtime_env=runtime_env)
     except ConnectionError as e:
         raise ConnectionError(
-            f"runtime.ray_address = {cfg.ray_address!r}: {e} (a cluster started by `ray start` "
+            f"runtime.ray_address = {address!r}: {e} (a cluster started by `ray start` "
             "uses token authentication when ~/.ray/auth_token exists: then set "
             "RAY_AUTH_MODE=token here too; or leave ray_address unset for a local Ray instance)"
         ) from None
