@@ -31,6 +31,7 @@ __all__ = [
     "check_env_layout",
     "check_field_types",
     "from_dict",
+    "is_ray_address",
     "to_dict",
 ]
 
@@ -172,7 +173,8 @@ def _check(ok: bool, key: str, expected: str, value: Any) -> None:
         raise ConfigError(f"{key}: expected {expected}, got {value!r}")
 
 
-def _is_ray_address(address: str) -> bool:
+def is_ray_address(address: str) -> bool:
+    """``"auto"`` or ``host:port`` (what ``ray.init`` takes; no Ray Client ``ray://``)."""
     host, _, port = address.rpartition(":")
     return address == "auto" or (
         bool(host) and "/" not in host and port.isdigit() and 0 < int(port) < 65536
@@ -345,7 +347,7 @@ class RuntimeConfig:
         )
         _check(self.backend in ("threads", "ray"), "backend", '"threads" or "ray"', self.backend)
         _check(
-            self.ray_address is None or _is_ray_address(self.ray_address),
+            self.ray_address is None or is_ray_address(self.ray_address),
             "ray_address",
             'None, "auto" or "host:port" (Ray Client "ray://" addresses are not supported)',
             self.ray_address,

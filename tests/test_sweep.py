@@ -169,3 +169,51 @@ def test_a_two_trial_sweep_ranks_stops_the_trailing_trial_and_writes_the_best(
     assert exp.runtime.total_env_steps == 20000
     assert not list(root.glob(".*tmp*"))
     assert not _group_alive(proc.pid)
+
+
+def test_the_committed_minatar_space_fits_the_suite_config() -> None:
+    spec = load_space(
+        ROOT / "experiments" / "sweeps" / "minatar_breakout.toml",
+        ROOT / "experiments" / "minatar_breakout_suite.toml",
+    )
+    assert {d.key for d in spec.dimensions} == {"agent.optim.lr", "agent.passes"}
+    assert spec.grid_size == 3 and spec.num_samples == 2 and spec.scheduler == "asha"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--num-cpus", "0"], "--num-cpus: expected an integer >= 1, got 0"),
+        (["--address", "foo"], '--address: expected "auto" or host:port of a Ray cluster'),
+    ],
+)
+def test_bad_sweep_options_exit_2_naming_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    from rlpar.app.cli import main
+
+    path = space(tmp_path, '[space]\n"agent.optim.lr" = { grid = [0.003] }\n')
+    argv = ["sweep", str(CONFIG), "--space", str(path), "--logdir", str(tmp_path / "runs"), *args]
+    assert main(argv) == 2
+    assert said in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_ray_address_nobody_answers_at_fails_fast_and_leaves_no_sweep_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("ray.tune")
+    import socket
+
+    from rlpar.app.cli import main
+
+    with socket.socket() as s:  # a port nothing listens on once the socket is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = space(tmp_path, '[space]\n"agent.optim.lr" = { grid = [0.003] }\n')
+    argv = ["sweep", str(CONFIG), "--space", str(path), "--logdir", str(tmp_path / "runs"),
+            "--address", f"127.0.0.1:{port}"]  # fmt: skip
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"--address = '127.0.0.1:{port}'" in err and "ray start --head" in err
+    assert not (tmp_path / "runs").exists()

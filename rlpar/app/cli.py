@@ -530,8 +530,8 @@ def _add_sweep(commands: argparse._SubParsersAction) -> None:
         "127.0.0.1, or --address). ASHA stops trials whose evaluated return (eval.interval_env_"
         "steps) trails at a rung. Writes results.json, results.md (trials ranked by evaluated "
         'return) and best.toml (CONFIG with the best values). Needs pip install "rlpar[sweep]".',
-        epilog="example: rlpar sweep experiments/minatar_breakout_impala.toml "
-        "--space experiments/sweep_minatar_breakout.toml",
+        epilog="example: rlpar sweep experiments/minatar_breakout_suite.toml "
+        "--space experiments/sweeps/minatar_breakout.toml",
     )
     p.add_argument("config", metavar="CONFIG.toml", help="the experiment file")
     p.add_argument("--space", required=True, metavar="SPACE.toml", help="the space to sweep")

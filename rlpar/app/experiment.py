@@ -73,6 +73,7 @@ __all__ = [
     "import_run_plugins",
     "load_experiment",
     "parse_override",
+    "read_toml",
     "to_toml",
 ]
 
@@ -164,14 +165,7 @@ def load_experiment(path: str | Path, overrides: Iterable[str] = ()) -> Experime
     ``--set KEY=VALUE`` when an override is what is wrong.
     """
     path = Path(path)
-    try:
-        file_data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such experiment file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    file_data = read_toml(path, str(path), "no such experiment file")
     overrides = list(overrides)
     data = apply_overrides(file_data, overrides)
     try:
@@ -180,17 +174,25 @@ def load_experiment(path: str | Path, overrides: Iterable[str] = ()) -> Experime
         raise ConfigError(_blame(path, file_data, overrides, e)) from None
 
 
+def read_toml(path: Path, where: str, missing: str) -> dict[str, Any]:
+    """The TOML file ``path`` as a dict; `ConfigError` starting with ``where`` when it is
+    missing (``missing`` says so), unreadable or not valid TOML."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: {missing}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{where}: cannot read: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{where}: not valid TOML: {e}") from None
+
+
 def import_plugins(path: str | Path) -> tuple[str, ...]:
     """Import the ``plugins`` the experiment file ``path`` names, as `load_experiment` does
     (the rest of the file is not checked); returns their names. Raises `ConfigError` naming
     the file when it cannot be read or a plugin cannot be imported."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    data = read_toml(path, str(path), "no such experiment file")
     try:
         return tuple(_import_plugins(data, path.resolve().parent).get("plugins", ()))
     except ConfigError as e:

@@ -40,22 +40,15 @@ import dataclasses
 import json
 import logging
 import math
-import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-from rlpar.app.experiment import apply_overrides, load_experiment, to_toml, toml_value
+from rlpar.app.experiment import apply_overrides, load_experiment, read_toml, to_toml, toml_value
 from rlpar.app.seeds import write_atomically
 from rlpar.app.train import make_run_dir
-from rlpar.config import ConfigError
+from rlpar.config import ConfigError, is_ray_address
 
 __all__ = ["KINDS", "Dimension", "SweepSpec", "load_space", "ranked", "run_sweep"]
 
@@ -118,7 +111,6 @@ class SweepSpec:
     scheduler: str = "asha"
     grace_env_steps: int | None = None
     reduction_factor: float = 2.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def grid_size(self) -> int:
@@ -178,15 +170,8 @@ def load_space(path: str | Path, config: str | Path, overrides: list[str] = []) 
     of the right type and range (each listed value and each range's ends go through the
     config's own checks). `ConfigError` naming the key, what was expected and what came."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"--space {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"--space {path}: cannot read: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"--space {path}: not valid TOML: {e}") from None
     where = f"--space {path}"
+    data = read_toml(path, where, "no such file")
     unknown = sorted(set(data) - {"sweep", "space"})
     if unknown:
         raise ConfigError(f"{where}: unknown table(s) {unknown}: expected [sweep] and [space]")
@@ -263,7 +248,7 @@ def _trial(tune_config: dict[str, Any], *, config: str, overrides: list[str], ro
         for point in points:
             tune.report({
                 METRIC: point.results[0].mean_return, "env_steps": point.env_steps,
-                "wall_s": time.perf_counter() - t0, "final": False,
+                "wall_s": time.perf_counter() - t0, "final": False, "run_dir": str(run_dir),
             })  # fmt: skip
 
     summary = training.run(quiet=True, on_progress=on_progress)
@@ -285,30 +270,31 @@ def run_sweep(
     logdir: str | None = None,
     address: str | None = None,
     num_cpus: int | None = None,
-    on_trial: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[Path, list[dict[str, Any]]]:
     """Run the sweep (module docstring); returns (the sweep directory, the ranked rows)."""
+    if address is not None and not is_ray_address(address):
+        raise ConfigError(
+            f'--address: expected "auto" or host:port of a Ray cluster, got {address!r}'
+        )
     spec = load_space(space, config, overrides)
     try:
         from ray import tune  # noqa: F401  (checked before anything is made)
     except ImportError:
         raise ConfigError('rlpar sweep needs Ray Tune: pip install "rlpar[sweep]"') from None
+    from rlpar.runtime.ray_backend import connect_ray
+
     exp = load_experiment(config, overrides)
     if logdir is not None:
         exp = dataclasses.replace(exp, log=dataclasses.replace(exp.log, logdir=logdir))
-    root = make_run_dir(Path(exp.log.logdir).resolve() / exp.name, prefix="sweep-")
-    config_abs = str(Path(config).resolve())
-    from rlpar.runtime.ray_backend import connect_ray
-
-    ray = connect_ray(address, num_cpus)
+    # Connected first: an address that does not answer leaves no empty sweep directory.
+    ray, owned = connect_ray(address, num_cpus, what="--address")
     try:
-        grid = _fit(spec, exp, config_abs, list(overrides), root)
+        root = make_run_dir(Path(exp.log.logdir).resolve() / exp.name, prefix="sweep-")
+        grid = _fit(spec, exp, str(Path(config).resolve()), list(overrides), root)
     finally:
-        ray.shutdown()
+        if owned:  # a connection the caller had stays theirs
+            ray.shutdown()
     rows = ranked(_rows(grid, spec))
-    if on_trial is not None:
-        for row in rows:
-            on_trial(row)
     _write_results(root, exp.name, spec, rows, config, overrides)
     return root, rows
 
@@ -416,7 +402,7 @@ def _write_results(
     if best is None:
         log.warning("sweep: no trial finished, so no best.toml")
         return
-    file_data = tomllib.loads(Path(config).read_text(encoding="utf-8"))
+    file_data = read_toml(Path(config), str(config), "no such experiment file")
     values = [f"{k}={toml_value(v)}" for k, v in best["config"].items()]
     data = apply_overrides(file_data, [*overrides, *values])
     header = (

@@ -113,7 +113,6 @@ class Training:
         """Train until a stop condition; write ``summary.json``; return the summary.
         ``on_progress``: called with each `Progress` too, on the calling thread (as
         `rlpar.Runner.run` calls it)."""
-        extra = on_progress
         exp, runner = self.experiment, self.runner
         display = make_display(
             exp.runtime.total_env_steps, quiet, exp.log.log_interval_s, stream, runner.env_steps()
@@ -130,8 +129,8 @@ class Training:
         def update(p: Progress) -> None:
             monitor.update(p)
             display.update(p)
-            if extra is not None:
-                extra(p)
+            if on_progress is not None:
+                on_progress(p)
 
         try:
             monitor.start()

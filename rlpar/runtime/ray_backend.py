@@ -467,17 +467,25 @@ class RemoteActor:
         self.pid = pid
 
 
-def connect_ray(address: str | None, num_cpus: int | None = None) -> Any:
+def connect_ray(
+    address: str | None, num_cpus: int | None = None, what: str = "runtime.ray_address"
+) -> tuple[Any, bool]:
     """Import Ray and connect as ``runtime.ray_address = address`` would (None: a local
-    instance of ``num_cpus`` CPUs, default all, on 127.0.0.1 only); returns the ``ray``
-    module (``ray.shutdown()`` ends the connection). For other users of Ray, such as
-    ``rlpar sweep``."""
+    instance of ``num_cpus`` CPUs, default all, on 127.0.0.1 only), for other users of Ray
+    such as ``rlpar sweep``; errors name the address as ``what``. Returns (the ``ray``
+    module, whether this call made the connection: then ``ray.shutdown()`` is the caller's
+    to call; a connection the process already had is left alone)."""
     ray = _import_ray(local=_on_loopback(address))
-    _connect(ray, address, num_cpus or os.cpu_count() or 1, 100 << 20)
-    return ray
+    return ray, _connect(ray, address, num_cpus or os.cpu_count() or 1, 100 << 20, what)
 
 
-def _connect(ray: Any, address: str | None, num_cpus: int, object_store_bytes: int) -> bool:
+def _connect(
+    ray: Any,
+    address: str | None,
+    num_cpus: int,
+    object_store_bytes: int,
+    what: str = "runtime.ray_address",
+) -> bool:
     """Connect to Ray at ``address`` (None: a local instance); True when this call made the
     connection (and `RayActors.close` should end it)."""
     if ray.is_initialized():
@@ -487,10 +495,10 @@ def _connect(ray: Any, address: str | None, num_cpus: int, object_store_bytes: i
         init_local_ray(num_cpus, object_store_bytes)
         return True
     if address != "auto":
-        _probe(address)
+        _probe(address, what=what)
     if _on_loopback(address) and not _loopback_mode():
         raise ConnectionError(
-            f"runtime.ray_address = {address!r} is a loopback address, but Ray was "
+            f"{what} = {address!r} is a loopback address, but Ray was "
             "imported without RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 and would look for the "
             "cluster at this machine's network address: set it before importing ray"
         )
@@ -499,7 +507,7 @@ def _connect(ray: Any, address: str | None, num_cpus: int, object_store_bytes: i
             ray.init(address=address, logging_level=logging.WARNING, runtime_env=runtime_env)
     except ConnectionError as e:
         raise ConnectionError(
-            f"runtime.ray_address = {address!r}: {e} (a cluster started by `ray start` "
+            f"{what} = {address!r}: {e} (a cluster started by `ray start` "
             "uses token authentication when ~/.ray/auth_token exists: then set "
             "RAY_AUTH_MODE=token here too; or leave ray_address unset for a local Ray instance)"
         ) from None
@@ -570,12 +578,12 @@ def _loopback_mode() -> bool:
     return os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") == "0"
 
 
-def _probe(address: str, timeout_s: float = 3.0) -> None:
+def _probe(address: str, timeout_s: float = 3.0, what: str = "runtime.ray_address") -> None:
     """Fail fast, with the address in the message, where ``ray.init`` would retry for minutes:
     nothing listens there, or what does is not a gRPC (HTTP/2) server like Ray's GCS."""
     host, _, port = address.rpartition(":")
     host = host.strip("[]")
-    where = f"runtime.ray_address = {address!r}"
+    where = f"{what} = {address!r}"
     hint = "(start a cluster with `ray start --head`; `ray status` prints its address)"
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
