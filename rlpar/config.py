@@ -448,9 +448,31 @@ class EvalConfig:
     """Envs stepped together by one evaluation (at most one per episode; each plays an equal
     share, decided up front). Vectorized envs such as CartPole's step 100 copies about as fast
     as 16, so 100 episodes take one episode's time."""
+    video_interval_env_steps: int | None = None
+    """Record a clip of one episode while training, every this many env steps (the first when
+    the run starts, the last with the final parameters; None: never): the first of `policies`
+    plays it with the newest parameters on an env of its own made with
+    ``render_mode="rgb_array"``, into ``videos/<env steps>.gif`` in the run directory and the
+    animated image ``video/<policy>`` in TensorBoard. Needs Pillow (``pip install
+    "rlpar[video]"``) and an env that renders ("sync" or "async" vectorization). The clip's
+    env steps in Python on a thread of its own, beside the actors."""
+    video_max_frames: int = 500
+    """Frames of a clip at most: a longer episode's clip is its first this many frames."""
+    video_size: int = 256
+    """Longer side of a clip's frames in pixels: larger renders are shrunk to it (keeping
+    their aspect), so clips stay small in the run directory and in TensorBoard."""
 
     def __post_init__(self) -> None:
         check_field_types(self)
+        _check(
+            self.video_interval_env_steps is None or self.video_interval_env_steps >= 1,
+            "video_interval_env_steps",
+            "None or an integer >= 1",
+            self.video_interval_env_steps,
+        )
+        _check(self.video_max_frames >= 2, "video_max_frames", "an integer >= 2",
+               self.video_max_frames)  # fmt: skip
+        _check(self.video_size >= 16, "video_size", "an integer >= 16", self.video_size)
         _check(self.episodes >= 0, "episodes", "an integer >= 0", self.episodes)
         _check(
             self.episodes >= 1 or not self.check_target,

@@ -147,6 +147,7 @@ def test_a_two_trial_sweep_ranks_stops_the_trailing_trial_and_writes_the_best(
         except ProcessLookupError:
             pass
     assert proc.returncode == 0, err[-3000:]
+    assert "will be ignored" not in err  # Tune drops max_concurrent_trials beside a generator
     rows = json.loads(out.strip().splitlines()[-1])
     assert sorted(r["config"]["agent.optim.lr"] for r in rows) == [1e-7, 0.003]
     best, other = rows
@@ -157,6 +158,9 @@ def test_a_two_trial_sweep_ranks_stops_the_trailing_trial_and_writes_the_best(
     else:
         assert other["status"] == f"stopped by ASHA at {other['env_steps']:,} env steps"
         assert other["env_steps"] < 20000
+    # max_concurrent = 1 (Ray has 2 CPUs, a trial asks 1): the second starts after the first.
+    first, second = sorted(rows, key=lambda r: r["started_at"])
+    assert first["ended_at"] <= second["started_at"]
     (root,) = (tmp_path / "runs" / "cartpole_impala").iterdir()
     results = json.loads((root / "results.json").read_text())
     assert results["best"] == best and results["trials"] == rows

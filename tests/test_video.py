@@ -3,6 +3,7 @@ after episode, and bad input is a one-line error that leaves nothing behind."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -44,9 +45,22 @@ class Blind(Slide):
     metadata = {"render_modes": []}
 
 
+class Flaky(Slide):
+    """Renders one episode's frames, then fails."""
+
+    renders = 0
+
+    def render(self):
+        Flaky.renders += 1
+        if Flaky.renders > 6:
+            raise RuntimeError("the flaky renderer broke")
+        return super().render()
+
+
 def register():
     gym.register("Slide-v0", entry_point=Slide)
     gym.register("Blind-v0", entry_point=Blind)
+    gym.register("Flaky-v0", entry_point=Flaky)
 '''
 
 CONFIG = """name = "slide"
@@ -78,14 +92,21 @@ def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def trained(tmp_path: Path, env_id: str) -> Path:
+def train(tmp_path: Path, env_id: str, *sets: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """``rlpar train`` on ``env_id`` (the Slide plug-in beside the config); (the process, the
+    logdir it trains into)."""
     folder = tmp_path / "exp"
     folder.mkdir(exist_ok=True)
     (folder / "slide.py").write_text(PLUGIN)
     config = folder / f"{env_id.replace('/', '_')}.toml"
     config.write_text(CONFIG.format(env_id=env_id))
     logdir = tmp_path / "runs" / env_id.replace("/", "_")
-    proc = cli(tmp_path, "train", str(config), "--quiet", "--logdir", str(logdir))
+    args = [a for s in sets for a in ("--set", s)]
+    return cli(tmp_path, "train", str(config), "--quiet", "--logdir", str(logdir), *args), logdir
+
+
+def trained(tmp_path: Path, env_id: str, *sets: str) -> Path:
+    proc, logdir = train(tmp_path, env_id, *sets)
     assert proc.returncode == 0, proc.stderr
     (run_dir,) = (logdir / "slide").iterdir()
     return run_dir
@@ -180,3 +201,67 @@ def test_a_native_env_is_recorded_with_its_own_render(tmp_path: Path) -> None:
             board = frames[10 * episode + t][::cell, ::cell]
             rows = np.flatnonzero((board == ball).all(axis=-1).any(axis=1))
             assert list(rows) == [t]
+
+
+def gif_frames(data: bytes) -> list[np.ndarray]:
+    import io
+
+    from PIL import Image, ImageSequence
+
+    with Image.open(io.BytesIO(data)) as gif:
+        return [np.asarray(f.convert("RGB")) for f in ImageSequence.Iterator(gif)]
+
+
+def test_clips_during_training_land_in_the_run_dir_and_tensorboard(tmp_path: Path) -> None:
+    """``eval.video_interval_env_steps``: a clip of the policy at the start, one per interval
+    the clip thread reaches, one of the final parameters; each GIF holds the env's renders of
+    a whole episode, and TensorBoard has the same GIF at the same env steps."""
+    pytest.importorskip("PIL")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = trained(tmp_path, "Slide-v0", "eval.video_interval_env_steps=50")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    gifs = sorted((run_dir / "videos").glob("*.gif"), key=lambda p: int(p.stem))
+    steps = [int(p.stem) for p in gifs]
+    assert steps[0] == 0 and steps[-1] == summary["env_steps"] and len(set(steps)) == len(steps)
+    assert not list((run_dir / "videos").glob(".*"))
+    for path in gifs:
+        frames = gif_frames(path.read_bytes())
+        assert len(frames) == 6
+        for got, want in zip(frames, expected_frames(1), strict=True):
+            np.testing.assert_array_equal(got, want)
+    acc = EventAccumulator(str(run_dir), size_guidance={"images": 0})
+    acc.Reload()
+    images = acc.Images("video/greedy")
+    assert [e.step for e in images] == steps
+    for event, path in zip(images, gifs, strict=True):
+        assert event.encoded_image_string == path.read_bytes()
+        assert (event.height, event.width) == (8, 48)
+
+
+def test_clips_shrink_large_renders_and_stop_at_max_frames() -> None:
+    from rlpar.app.frames import shrink
+
+    frame = np.zeros((400, 600, 3), np.uint8)
+    assert shrink(frame, 256).shape == (171, 256, 3)
+    assert shrink(frame, 600) is frame
+
+
+def test_clips_need_an_env_that_renders_and_leave_no_run_dir(tmp_path: Path) -> None:
+    proc, logdir = train(tmp_path, "Blind-v0", "eval.video_interval_env_steps=50")
+    assert proc.returncode == 2, proc.stderr
+    assert "eval.video_interval_env_steps: env 'Blind-v0' does not render rgb_array" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (logdir / "slide").exists() or not list((logdir / "slide").iterdir())
+
+
+def test_a_clip_that_fails_mid_run_stops_the_run_and_says_why(tmp_path: Path) -> None:
+    pytest.importorskip("PIL")
+    proc, logdir = train(
+        tmp_path, "Flaky-v0", "eval.video_interval_env_steps=20", "runtime.total_env_steps=4000"
+    )
+    assert proc.returncode == 1
+    assert "rlpar thread 'clips' failed: the flaky renderer broke" in proc.stderr
+    (run_dir,) = (logdir / "slide").iterdir()
+    assert [p.name for p in (run_dir / "videos").glob("*.gif")] == ["0.gif"]
+    assert list((run_dir / "checkpoints").glob("ckpt-*.rlpar"))  # the stop saved the run

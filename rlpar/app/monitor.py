@@ -34,6 +34,7 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from rlpar.app.experiment import to_toml
 
 if TYPE_CHECKING:
+    from rlpar.app.clips import TrainingClips
     from rlpar.runtime import Progress, Runner, RunResult
 
 __all__ = ["OTHER_TAGS", "SCALAR_TAGS", "EventWriter", "TensorBoardMonitor"]
@@ -111,6 +112,9 @@ OTHER_TAGS: dict[str, str] = {
     "`log.histogram_interval` learner steps.",
     "actions": "Histogram of the actions in the last learner batch (`actions/<i>` per dimension "
     "for continuous actions), at the same interval.",
+    "video/<policy>": "Animated image: a clip of one episode every "
+    "`eval.video_interval_env_steps` env steps (also `videos/<env steps>.gif` in the run "
+    "directory).",
     "config": "Text: the resolved config (`config.toml` of the run directory).",
     "hparams dashboard": "The config, flattened (`agent.optim.lr`, ...), against the final return.",
 }
@@ -181,6 +185,14 @@ class EventWriter:
         self.write(config, 0)
         self.write(hparams_summary.hparams_pb(hps, start_time_secs=time.time()), 0)
 
+    def image(self, tag: str, encoded: bytes, height: int, width: int, step: int) -> None:
+        """An image summary of ``encoded`` (PNG or GIF bytes; TensorBoard animates a GIF)."""
+        image = summary_pb2.Summary.Image(
+            height=height, width=width, colorspace=3, encoded_image_string=encoded
+        )
+        value = summary_pb2.Summary.Value(tag=tag, image=image)
+        self.write(summary_pb2.Summary(value=[value]), step)
+
     def flush(self) -> None:
         self._writer.flush()
 
@@ -223,8 +235,11 @@ class TensorBoardMonitor:
         scalar_interval_steps: int = 1000,
         scalar_interval_s: float = 10.0,
         histogram_interval: int = 1000,
+        clips: TrainingClips | None = None,
     ) -> None:
         self.runner = runner
+        self.clips = clips
+        self._clips_written = 0
         self.config = config
         self.scalar_interval_steps = scalar_interval_steps
         self.scalar_interval_s = scalar_interval_s
@@ -300,6 +315,13 @@ class TensorBoardMonitor:
         checks, self._checks_written = self.runner.target_checks.since(self._checks_written)
         for c in checks:
             self.writer.scalars({"eval/target_check": c.eval_mean}, c.env_steps)
+        if self.clips is not None:
+            clips, self._clips_written = self.clips.clips.since(self._clips_written)
+            for clip in clips:
+                self.writer.image(f"video/{clip.policy}", clip.gif, clip.height, clip.width,
+                                  clip.env_steps)  # fmt: skip
+            if clips:
+                self.writer.flush()
 
     def _write_scalars(self, p: Progress, rates: bool = True) -> None:
         values: dict[str, float] = {}

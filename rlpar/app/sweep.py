@@ -240,7 +240,7 @@ def _trial(tune_config: dict[str, Any], *, config: str, overrides: list[str], ro
     run_dir = Path(root) / f"trial-{ctx.get_trial_id()}"
     training = Training(exp, run_dir=run_dir)
     seen = 0
-    t0 = time.perf_counter()
+    t0, started_at = time.perf_counter(), time.time()
 
     def on_progress(_: Any) -> None:
         nonlocal seen
@@ -249,6 +249,7 @@ def _trial(tune_config: dict[str, Any], *, config: str, overrides: list[str], ro
             tune.report({
                 METRIC: point.results[0].mean_return, "env_steps": point.env_steps,
                 "wall_s": time.perf_counter() - t0, "final": False, "run_dir": str(run_dir),
+                "started_at": started_at, "reported_at": time.time(),
             })  # fmt: skip
 
     summary = training.run(quiet=True, on_progress=on_progress)
@@ -260,6 +261,7 @@ def _trial(tune_config: dict[str, Any], *, config: str, overrides: list[str], ro
     tune.report({
         METRIC: last, "env_steps": summary["env_steps"], "wall_s": summary["wall_s"],
         "final": True, "run_dir": summary["run_dir"],
+        "started_at": started_at, "reported_at": time.time(),
     })  # fmt: skip
 
 
@@ -320,8 +322,11 @@ def _fit(spec: SweepSpec, exp: Any, config: str, overrides: list[str], root: Pat
         param_space={d.key: d.tune_domain(tune) for d in spec.dimensions},
         tune_config=tune.TuneConfig(
             metric=METRIC, mode="max", num_samples=spec.num_samples, scheduler=scheduler,
-            search_alg=BasicVariantGenerator(random_state=spec.seed),
-            max_concurrent_trials=spec.max_concurrent,
+            # The generator limits concurrency itself (Tune ignores max_concurrent_trials
+            # next to a search generator, with a warning).
+            search_alg=BasicVariantGenerator(
+                random_state=spec.seed, max_concurrent=spec.max_concurrent or 0
+            ),
         ),
         run_config=tune.RunConfig(
             name="tune", storage_path=str(root), verbose=0,
@@ -343,6 +348,9 @@ def _rows(grid: Any, spec: SweepSpec) -> list[dict[str, Any]]:
             "env_steps": m.get("env_steps"),
             "wall_s": m.get("wall_s"),
             "run_dir": m.get("run_dir"),
+            # Unix times: when the trial started, and its last report (its end, or its stop).
+            "started_at": m.get("started_at"),
+            "ended_at": m.get("reported_at"),
         }
         if result.error is not None:
             lines = [x for x in str(result.error).strip().splitlines() if x.strip()]

@@ -5,6 +5,7 @@
         events.out.tfevents.*   TensorBoard curves, histograms, config text, hparams
         checkpoints/     ckpt-<learner steps>.rlpar, the newest `log.keep_checkpoints`
         summary.json     how it ended (what ``rlpar train --json`` prints)
+        videos/          <env steps>.gif clips, with eval.video_interval_env_steps
 
 ::
 
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from rlpar.app.clips import TrainingClips
 from rlpar.app.experiment import Experiment, to_toml
 from rlpar.app.monitor import TensorBoardMonitor
 from rlpar.app.progress import make_display
@@ -96,6 +98,17 @@ class Training:
         except BaseException:
             shutil.rmtree(self.run_dir, ignore_errors=True)
             raise
+        self.clips: TrainingClips | None = None
+        if experiment.eval.video_interval_env_steps is not None:
+            try:
+                self.clips = TrainingClips(
+                    self.runner, experiment.env, experiment.eval, experiment.runtime.seed,
+                    self.run_dir,
+                )  # fmt: skip
+            except BaseException:
+                self.runner.close()
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+                raise
         source = self.runner.resumed_from
         resumed = f"\n# resumed from {source.resolve()}" if source is not None else ""
         (self.run_dir / "config.toml").write_text(
@@ -124,7 +137,9 @@ class Training:
             max(1, exp.runtime.total_env_steps // exp.log.scalar_points),
             exp.log.scalar_interval_s,
             exp.log.histogram_interval,
+            clips=self.clips,
         )
+        clips = self.clips
 
         def update(p: Progress) -> None:
             monitor.update(p)
@@ -137,14 +152,21 @@ class Training:
             try:
                 with display.redirect_logging():
                     log.info("run directory: %s", self.run_dir)
+                    if clips is not None:
+                        clips.start()
                     result = runner.run(
                         on_progress=update,
                         progress_interval_s=PROGRESS_INTERVAL_S,
                     )
+                    if clips is not None:
+                        clips.finish()  # the last clip: the final parameters
+                        clips.raise_error()
             finally:
                 display.close()
             monitor.finish(result)
         finally:
+            if clips is not None:
+                clips.close()
             monitor.close()
         summary = {
             "name": exp.name,

@@ -19,13 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import gymnasium as gym
 import numpy as np
 
 from rlpar.app.evaluate import load_policy
-from rlpar.runtime.env_setup import run_setup
-from rlpar.runtime.envs import ActionAdapter
-from rlpar.runtime.evaluation import policy_actions
+from rlpar.app.frames import encode_gif, play_episodes, render_env
 
 __all__ = ["FORMATS", "VideoResult", "record_video", "write_frames"]
 
@@ -54,57 +51,12 @@ def _check_out(out: Path) -> None:
         raise ValueError(f"--video: the folder of {str(out)!r} is not writable")
 
 
-def _render_env(env_id: str, kwargs: dict[str, Any], vectorization: str) -> gym.Env:
-    if vectorization in ("ale", "envpool"):
-        raise ValueError(
-            f'--video: env.vectorization = "{vectorization}" steps games that do not render; '
-            'record with --set env.vectorization="sync" on an env id gymnasium can render'
-        )
-    # Off-screen: pygame (classic control) needs no display or sound device for rgb_array.
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
-    modes = gym.spec(env_id).kwargs.get("render_modes") or []
-    try:
-        env = gym.make(env_id, render_mode="rgb_array", **kwargs)
-    except (TypeError, ValueError, gym.error.Error) as e:
-        raise ValueError(
-            f"--video: env {env_id!r} cannot render rgb_array frames ({e}); its render modes: "
-            f"{modes or 'none listed'}"
-        ) from None
-    if "rgb_array" not in (env.metadata.get("render_modes") or []):
-        env.close()
-        raise ValueError(
-            f"--video: env {env_id!r} does not render rgb_array frames (its render modes: "
-            f"{env.metadata.get('render_modes') or 'none'})"
-        )
-    return env
-
-
-def _frame(env: gym.Env) -> np.ndarray:
-    try:
-        frame = np.asarray(env.render())
-    except gym.error.DependencyNotInstalled as e:  # classic control renders with pygame
-        raise ValueError(f'--video: {e} (pip install "rlpar[video]" brings pygame)') from None
-    if frame.ndim != 3 or frame.shape[2] not in (3, 4) or frame.dtype != np.uint8:
-        raise ValueError(
-            f"--video: the env rendered {frame.dtype} {frame.shape}, expected uint8 [H, W, 3]"
-        )
-    return frame[..., :3]
-
-
 def write_frames(frames: list[np.ndarray], out: Path, fps: int) -> None:
     """Encode ``frames`` (uint8 [H, W, 3] each) into ``out`` (.gif or .mp4), atomically."""
     tmp = out.with_name(f".{out.stem}.tmp-{os.getpid()}{out.suffix}")
     try:
         if out.suffix.lower() == ".gif":
-            try:
-                from PIL import Image
-            except ImportError:
-                raise ValueError('--video: .gif needs Pillow: pip install "rlpar[video]"') from None
-            images = [Image.fromarray(f) for f in frames]
-            images[0].save(
-                tmp, save_all=True, append_images=images[1:], duration=round(1000 / fps), loop=0
-            )
+            tmp.write_bytes(encode_gif(frames, fps))
         else:
             try:
                 import imageio.v2 as imageio
@@ -141,41 +93,12 @@ def record_video(
     if episodes < 1:
         raise ValueError(f"--episodes: expected an integer >= 1, got {episodes}")
     p = load_policy(checkpoint, overrides, trust_setup)
-    env_cfg = p.experiment.env
-    if env_cfg.id not in gym.registry:
-        run_setup(env_cfg.setup)
-    env = _render_env(env_cfg.id, dict(env_cfg.kwargs), env_cfg.vectorization)
+    env = render_env(p.experiment.env)
     try:
-        frames, returns, policy = _play(env, p, episodes, greedy, seed)
+        frames, returns, policy = play_episodes(
+            env, p.agent, p.net, p.params, episodes, greedy, seed
+        )
     finally:
         env.close()
     write_frames(frames, out, fps)
     return VideoResult(str(out), len(frames), episodes, returns, policy)
-
-
-def _play(
-    env: gym.Env, p: Any, episodes: int, greedy: bool, seed: int
-) -> tuple[list[np.ndarray], list[float], str]:
-    """Frames [F] of ``episodes`` episodes on ``env``, their returns, and the policy played."""
-    net, agent = p.net, p.agent
-    adapter = ActionAdapter(env.action_space)
-    dtype = np.uint8 if net.spec.input_dtype == "uint8" else np.float32
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 1 << 22]))
-    policy = "greedy" if greedy else "sampled"
-    frames: list[np.ndarray] = []
-    returns: list[float] = []
-    for episode in range(episodes):
-        obs, _ = env.reset(seed=seed + episode)
-        frames.append(_frame(env))
-        # A recurrent net starts each episode from a fresh state and carries it step to step.
-        core = {"state": net.initial_state(1), "resets": np.zeros(1, bool)} if net.recurrent else {}
-        total, done = 0.0, False
-        while not done:
-            out = net.forward(p.params, np.asarray(obs, dtype)[None], **core)
-            action, policy = policy_actions(agent, net, out, policy, rng)
-            obs, reward, terminated, truncated, _ = env.step(adapter.to_env(action)[0])
-            frames.append(_frame(env))
-            total += float(reward)
-            done = bool(terminated or truncated)
-        returns.append(total)
-    return frames, returns, policy
