@@ -1,89 +1,114 @@
-"""Run experiments over several seeds and print the Markdown rows of experiments/RESULTS.md.
+"""The Markdown of experiments/RESULTS.md's tables from ``rlpar train CONFIG --seeds`` runs.
 
-Each run is `rlpar train CONFIG --json --quiet --set runtime.seed=S` in a fresh process, one
-after the other (never two at once on this 2-core machine). The run evaluates its final policy
-itself (the config's `[eval]`: by default 100 greedy episodes on fresh env seeds), so each row
-shows the training window's mean next to the evaluated mean:
+Each config trains once per seed with ``rlpar train experiments/CONFIG.toml --seeds SEEDS``
+(one seed after another, each in a fresh process, as the command does), which writes its
+``aggregate.json`` and ``aggregate.md``. This prints a row per config from the aggregate
+(seeds solved by their evaluated return, the evaluated return's mean with its 95 % bootstrap
+interval and IQM, the median time to target) and then each config's per-seed table, with the
+CPU and commit it ran on:
 
-    python experiments/run_results.py cartpole_impala cartpole_a3c --seeds 0 1 2 3 4
-    python experiments/run_results.py cartpole_impala --set eval.check_target=false
+    python experiments/run_results.py cartpole_impala cartpole_a3c --seeds 0-4
+    python experiments/run_results.py cartpole_impala --seeds 0 1 2 --set eval.check_target=false
 
-A config counts as solved on a seed when its evaluated mean reaches the config's target return
-(for CartPole-v1 that is gymnasium's definition: a 100-episode mean of at least 475).
+A seed counts as solved when its final evaluation reaches the config's target return (for
+CartPole-v1 gymnasium's definition: a 100-episode mean of at least 475).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shlex
-import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
 
-def train(config: str, seed: int, logdir: Path, overrides: list[str]) -> dict:
-    sets = [x for o in [f"runtime.seed={seed}", *overrides] for x in ("--set", o)]
-    cmd = [sys.executable, "-m", "rlpar", "train", str(HERE / f"{config}.toml"), "--json",
-           "--quiet", *sets, "--logdir", str(logdir)]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def commit() -> str:
+    out = subprocess.run(
+        ["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return out.stdout.strip() or "unknown commit"
+
+
+def train_seeds(config: str, seeds: str, logdir: Path, overrides: list[str]) -> dict[str, Any]:
+    """``rlpar train CONFIG --seeds SEEDS --json``: its report (rows and the aggregate)."""
+    sets = [x for o in overrides for x in ("--set", o)]
+    cmd = [sys.executable, "-m", "rlpar", "train", str(HERE / f"{config}.toml"), "--seeds", seeds,
+           "--json", "--logdir", str(logdir), *sets]  # fmt: skip
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)  # progress goes to stderr
+    if out.returncode not in (0, 1):  # 1: a seed crashed, and the report says which
+        raise SystemExit(f"{config}: rlpar train --seeds exited {out.returncode}")
+    report: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return report
 
 
 def fmt(x: float | None, digits: int = 2) -> str:
     return "—" if x is None else f"{x:.{digits}f}"
 
 
+def summary_row(config: str, r: dict[str, Any]) -> str:
+    ret, ttt, solved = r["eval_return"], r["time_to_target_s"], r["solved"]
+    ci = f" [{fmt(ret['ci95'][0])}, {fmt(ret['ci95'][1])}]" if ret["ci95"] else ""
+    reached = f" ({ttt['n']} of {ttt['of']})" if ttt["of"] else ""
+    solved_text = f"{solved['n']}/{solved['of']}" if solved["of"] else "—"
+    crashed = f", crashed: {r['crashed']}" if r["crashed"] else ""
+    steps = r["env_steps"]["mean"]
+    return (
+        f"| {config} | {solved_text}{crashed} | {fmt(ret['mean'])}{ci} | {fmt(ret['iqm'])} | "
+        f"{fmt(ttt['median'])}{reached} | {f'{steps:,.0f}' if steps is not None else '—'} | "
+        f"{fmt(r['wall_s']['mean'], 1)} |"
+    )
+
+
+def seed_table(parent: Path) -> list[str]:
+    """The per-seed table of ``aggregate.md`` (its first table)."""
+    lines = (parent / "aggregate.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| seed "))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return lines[start:end]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("configs", nargs="+")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("configs", nargs="+", help="names of experiments/*.toml")
+    parser.add_argument(
+        "--seeds", nargs="+", default=["0-4"], help="as rlpar train --seeds (0-4, 0,3,7 or 0 1 2)"
+    )
     parser.add_argument("--logdir", type=Path, default=HERE.parent / "runs" / "results")
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="passed to rlpar train"
     )
     args = parser.parse_args()
-    sets = " ".join(f"--set {shlex.quote(o)}" for o in args.set)
-    print(f"<!-- {platform.processor() or platform.machine()}, {platform.python_version()} -->")
-    print(f"<!-- rlpar train experiments/CONFIG.toml --set runtime.seed=SEED {sets} -->")
+    seeds = ",".join(args.seeds)
+    sets = "".join(f" --set {shlex.quote(o)}" for o in args.set)
+    reports = {c: train_seeds(c, seeds, args.logdir, args.set) for c in args.configs}
+    print(f"<!-- {cpu()}, commit {commit()}; per config: "
+          f"rlpar train experiments/CONFIG.toml --seeds {seeds}{sets} -->")  # fmt: skip
+    print()
     print(
-        "| config | seed | window mean | evaluated mean ± std (episodes) | env steps | wall (s) "
-        "| time to target (s) | target checks |"
+        "| config | seeds solved | evaluated return: mean [95 % CI] | IQM "
+        "| time to target (s): median (seeds) | env steps (mean) | wall (s, mean) |"
     )
-    print("|---|---|---|---|---|---|---|---|")
-    for config in args.configs:
-        solved, times = 0, []
-        for seed in args.seeds:
-            r = train(config, seed, args.logdir, args.set)
-            e = r["evaluation"][0] if r.get("evaluation") else None
-            target = r["target_return"]
-            if e is not None and target is not None and e["mean_return"] >= target:
-                solved += 1
-                times.append(r["time_to_target_s"])
-            evaluated = (
-                "—"
-                if e is None
-                else f"{fmt(e['mean_return'])} ± {fmt(e['std_return'])} ({e['episodes']} "
-                f"{e['policy']})"
-            )
-            checks = r.get("target_checks", [])
-            passed = sum(c["passed"] for c in checks)
-            print(
-                f"| {config} | {seed} | {fmt(r['mean_return'])} | {evaluated} | "
-                f"{r['env_steps']:,} | {fmt(r['wall_s'])} | {fmt(r['time_to_target_s'])} | "
-                f"{passed}/{len(checks)} |",
-                flush=True,
-            )
-        done = [t for t in times if t is not None]
-        median = fmt(statistics.median(done)) if done and len(done) == len(args.seeds) else "—"
-        print(
-            f"| **{config}** | {solved}/{len(args.seeds)} solved (evaluated) | | | | | "
-            f"median {median} | |"
-        )
+    print("|---|---|---|---|---|---|---|")
+    for config, report in reports.items():
+        print(summary_row(config, report))
+    for config, report in reports.items():
+        print(f"\n`{config}` ({report['parent']}/aggregate.md):\n")
+        print("\n".join(seed_table(Path(report["parent"]))))
 
 
 if __name__ == "__main__":

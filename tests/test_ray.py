@@ -22,6 +22,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from test_seeds import CONFIG as SEEDS_TEST_CONFIG
+from test_seeds import WALK_ENV
 
 import rlpar
 from rlpar.checkpoint import latest_checkpoint
@@ -511,3 +513,81 @@ def test_the_env_mode_matrix_cell_on_ray(cluster, tmp_path, lstm) -> None:
     config = write_config(tmp_path, "sync", lstm, steps=2000, runtime=ray_keys)
     with deadline(180):
         train_evaluate_resume(config)
+
+
+# tests/test_seeds.py's config, on the env below.
+SEEDS_CONFIG = SEEDS_TEST_CONFIG.replace("breaks_on_seed", "walk").replace("BreaksOnSeed", "Walk")
+
+# The env of SEEDS_CONFIG (tests/test_seeds.py's Walk). Its registration fails in the first
+# process that finds the file "crash-once" beside this module (the rename lets exactly one
+# take it): one seed crashes.
+SEEDS_PLUGIN = (
+    "from pathlib import Path\n"
+    + WALK_ENV
+    + """
+
+def register():
+    if "Walk-v0" not in gym.registry:
+        gym.register("Walk-v0", entry_point=Walk)
+    marker = Path(__file__).with_name("crash-once")
+    try:
+        marker.rename(marker.with_name("crash-taken"))
+    except FileNotFoundError:
+        return
+    raise RuntimeError("this seed breaks on purpose")
+"""
+)
+
+
+def test_seeds_train_as_ray_tasks_on_the_cluster(cluster, tmp_path) -> None:
+    """``rlpar train CONFIG --seeds 0-2 --ray ADDRESS``: one Ray task per seed on the two
+    nodes; a seed that crashes is reported with its error, the others finish and aggregate."""
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    (folder / "walk.toml").write_text(SEEDS_CONFIG)
+    (folder / "walk.py").write_text(SEEDS_PLUGIN)
+    (folder / "crash-once").touch()
+    with deadline(240):
+        proc = subprocess.run(
+            [sys.executable, "-m", "rlpar", "train", str(folder / "walk.toml"), "--seeds", "0-2",
+             "--ray", cluster.address, "--logdir", str(tmp_path / "runs"), "--json"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=220, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr  # a seed crashed
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["seeds"] == [0, 1, 2] and len(report["crashed"]) == 1
+    by_seed = {r["seed"]: r for r in report["rows"]}
+    (crashed,) = report["crashed"]
+    assert by_seed[crashed]["error"] == "RuntimeError: this seed breaks on purpose"
+    parent = Path(report["parent"])
+    for seed in sorted(set(by_seed) - {crashed}):
+        row = by_seed[seed]
+        assert row["status"] == "ok" and row["env_steps"] >= 2000
+        assert Path(row["run_dir"]) == parent / f"seed-{seed}"
+        assert f"seed = {seed}\n" in (Path(row["run_dir"]) / "config.toml").read_text()
+        saved = json.loads((parent / f"seed-{seed}.json").read_text())
+        assert saved["run_dir"] == row["run_dir"]
+    aggregate = json.loads((parent / "aggregate.json").read_text())
+    assert aggregate["eval_return"]["n"] == 2 and aggregate["crashed"] == [crashed]
+
+
+def test_bad_ray_seed_options_are_one_line_errors(tmp_path) -> None:
+    pytest.importorskip("ray")
+    config = str(Path(__file__).resolve().parent.parent / "experiments" / "cartpole_impala.toml")
+    with socket.socket() as s:  # a port nothing listens on once the socket is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for args, code, said in [
+        (["--ray"], 2, "--ray: expected --seeds with it"),
+        (["--seeds", "0-1", "--ray", "nowhere"], 2, '--ray: expected "local", "auto" or host'),
+        (["--seeds", "0-1", "--ray", "--cpus-per-seed", "0"], 2,
+         "--cpus-per-seed: expected a number > 0, got 0.0"),
+        (["--seeds", "0-1", "--ray", f"127.0.0.1:{port}"], 1, f"--ray = '127.0.0.1:{port}'"),
+    ]:  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "rlpar", "train", config, *args, "--logdir", str(tmp_path)],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert proc.returncode == code, proc.stderr
+        assert said in proc.stderr and "Traceback" not in proc.stderr
+    assert not list(tmp_path.glob("cartpole_impala/seeds-*"))

@@ -66,18 +66,27 @@ def test_the_bootstrap_interval_of_the_mean() -> None:
 def test_aggregate_leaves_crashed_seeds_out_and_counts_who_reached_the_target() -> None:
     rows = [
         {"seed": 0, "status": "ok", "eval_return": 500.0, "time_to_target_s": 1.0,
-         "env_steps": 100, "wall_s": 2.0},
+         "env_steps": 100, "wall_s": 2.0, "solved": True, "target_return": 475,
+         "window_return": 480.0, "target_checks": "1/1"},
         {"seed": 1, "status": "crashed", "error": "exit 1: boom"},
         {"seed": 2, "status": "ok", "eval_return": 300.0, "time_to_target_s": None,
-         "env_steps": 300, "wall_s": 4.0},
+         "env_steps": 300, "wall_s": 4.0, "solved": False, "target_return": 475},
+        {"seed": 3, "status": "ok", "eval_return": 490.0, "time_to_target_s": 3.0,
+         "env_steps": 200, "wall_s": 6.0, "solved": True, "target_return": 475},
     ]  # fmt: skip
     agg = aggregate(rows)
-    assert agg["finished"] == 2 and agg["crashed"] == [1]
-    assert agg["eval_return"]["mean"] == 400.0 and agg["eval_return"]["n"] == 2
-    assert agg["time_to_target_s"]["reached"] == 1 and agg["time_to_target_s"]["of"] == 2
-    assert agg["wall_s"]["mean"] == 3.0
+    assert agg["finished"] == 3 and agg["crashed"] == [1]
+    assert agg["eval_return"]["mean"] == 430.0 and agg["eval_return"]["n"] == 3
+    assert agg["eval_return"]["median"] == 490.0
+    assert agg["time_to_target_s"]["reached"] == 2 and agg["time_to_target_s"]["of"] == 3
+    assert agg["time_to_target_s"]["median"] == 2.0
+    assert agg["solved"] == {"n": 2, "of": 3}
+    assert agg["wall_s"]["mean"] == 4.0
     text = format_aggregate("x", rows, agg)
-    assert "| 1 | crashed: exit 1: boom |" in text and "| evaluated return | 2 | 400.00" in text
+    assert "| 1 | crashed: exit 1: boom |" in text
+    assert "| 0 | ok | 500.00 | 480.00 | yes | 1.00 | 1/1 | 100 | 2.0 |" in text
+    assert "| evaluated return | 3 | 430.00 | 490.00 |" in text
+    assert "Solved (evaluated return >= 475): 2 of 3 seeds." in text
     assert "Crashed seeds (left out of the statistics): [1]" in text
 
 
@@ -104,9 +113,7 @@ episodes = 2
 
 # The env of CONFIG; its registration fails in the child that trains runtime.seed=1 (it reads
 # its own command line), so one seed of the run crashes and the others must still be reported.
-PLUGIN = """import os
-
-import gymnasium as gym
+WALK_ENV = """import gymnasium as gym
 import numpy as np
 
 
@@ -122,7 +129,13 @@ class Walk(gym.Env):
     def step(self, action):
         self.t += 1
         return np.zeros(2, np.float32), float(action), self.t >= 5, False, {}
+"""
+"""A 5-step env, the source of a plug-in module (tests/test_ray.py's seeds use it too)."""
 
+PLUGIN = (
+    "import os\n"
+    + WALK_ENV
+    + """
 
 def register():
     if "BreaksOnSeed-v0" not in gym.registry:
@@ -132,6 +145,7 @@ def register():
     ):
         raise RuntimeError("seed 1 breaks on purpose")
 """
+)
 
 
 def test_a_multi_seed_run_from_the_command_line(tmp_path: Path) -> None:

@@ -277,9 +277,25 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--parallel",
         type=int,
-        default=1,
         metavar="N",
-        help="with --seeds: how many seeds train at a time (default 1), each in its own process",
+        help="with --seeds: how many seeds train at a time (default 1, each in its own "
+        "process; with --ray: as many as the cluster's CPUs take)",
+    )
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="with --seeds: train each seed as a Ray task, on a Ray started on this machine "
+        '(no ADDRESS) or on the cluster at ADDRESS ("auto" or host:port). Needs '
+        'pip install "rlpar[ray]"',
+    )
+    p.add_argument(
+        "--cpus-per-seed",
+        type=float,
+        default=1.0,
+        metavar="C",
+        help="with --ray: the CPUs each seed's task asks Ray for (default 1)",
     )
     p.add_argument(
         "--run-dir",
@@ -314,6 +330,9 @@ def _run_train(args: argparse.Namespace) -> int:
     _setup_logging(args.quiet)
     if args.seeds is not None:
         return _run_seeds(args)
+    for given, option in [(args.parallel is not None, "--parallel"), (args.ray, "--ray")]:
+        if given:
+            return _error("train", f"{option}: expected --seeds with it", 2)
     try:
         exp = load_experiment(args.config, args.overrides)
         if args.logdir is not None:
@@ -354,11 +373,15 @@ def _run_seeds(args: argparse.Namespace) -> int:
             seeds,
             parallel=args.parallel,
             logdir=args.logdir,
+            ray_address=args.ray,
+            cpus_per_seed=args.cpus_per_seed,
             on_done=lambda row: log.info(
                 "seed %s: %s", row["seed"], row["status"] if row["status"] != "ok" else
                 f"evaluated return {row['eval_return']}, {row['wall_s']:.1f} s"
             ),
         )  # fmt: skip
+    except ConnectionError as e:  # no Ray cluster answers at --ray ADDRESS
+        return _error("train", e, 1)
     except (ConfigError, ValueError, OSError) as e:
         return _error("train", e, 2)
     if args.json:

@@ -34,7 +34,7 @@ import numpy as np
 
 from rlpar.app.experiment import Experiment, load_experiment
 from rlpar.app.train import make_run_dir
-from rlpar.config import ConfigError
+from rlpar.config import ConfigError, is_ray_address
 
 __all__ = [
     "aggregate",
@@ -43,6 +43,7 @@ __all__ = [
     "iqm",
     "parse_seeds",
     "run_seeds",
+    "train_seed",
     "write_atomically",
 ]
 
@@ -109,6 +110,7 @@ def _stats(values: list[float]) -> dict[str, Any]:
     return {
         "n": len(values),
         "mean": float(np.mean(values)) if values else None,
+        "median": float(np.median(values)) if values else None,
         "iqm": iqm(values) if values else None,
         "ci95": [lo, hi] if values else None,
         "min": min(values) if values else None,
@@ -118,14 +120,18 @@ def _stats(values: list[float]) -> dict[str, Any]:
 
 def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Statistics across seeds of per-seed rows (``seed``, ``status`` "ok" | "crashed",
-    ``eval_return``, ``time_to_target_s``, ``env_steps``, ``wall_s``)."""
+    ``eval_return``, ``time_to_target_s``, ``env_steps``, ``wall_s``, optionally ``solved``:
+    whether the evaluated return reached the target, None without one)."""
     ok = [r for r in rows if r["status"] == "ok"]
     returns = [r["eval_return"] for r in ok if r.get("eval_return") is not None]
     times = [r["time_to_target_s"] for r in ok if r.get("time_to_target_s") is not None]
+    judged = [r for r in ok if r.get("solved") is not None]
     return {
         "seeds": [r["seed"] for r in rows],
         "finished": len(ok),
         "crashed": [r["seed"] for r in rows if r["status"] != "ok"],
+        # Seeds whose final evaluation reached the target return, of those that had one.
+        "solved": {"n": sum(bool(r["solved"]) for r in judged), "of": len(judged)},
         "eval_return": _stats(returns),
         "time_to_target_s": {**_stats(times), "reached": len(times), "of": len(ok)},
         "wall_s": _stats([r["wall_s"] for r in ok]),
@@ -144,18 +150,26 @@ def format_aggregate(name: str, rows: list[dict[str, Any]], agg: dict[str, Any])
     lines = [
         f"# {name}: {len(rows)} seeds",
         "",
-        "| seed | status | evaluated return | time to target (s) | env steps | wall (s) |",
-        "|---|---|---|---|---|---|",
+        "| seed | status | evaluated return | window return | solved | time to target (s) "
+        "| target checks | env steps | wall (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         status = r["status"] if r["status"] == "ok" else f"crashed: {r.get('error', '')}"
+        solved = "—" if r.get("solved") is None else "yes" if r["solved"] else "no"
+        steps = r.get("env_steps")
         lines.append(
             f"| {r['seed']} | {status} | {_fmt(r.get('eval_return'))} | "
-            f"{_fmt(r.get('time_to_target_s'), 1)} | {r.get('env_steps', '—')} | "
-            f"{_fmt(r.get('wall_s'), 1)} |"
+            f"{_fmt(r.get('window_return'))} | {solved} | "
+            f"{_fmt(r.get('time_to_target_s'), 2)} | {r.get('target_checks') or '—'} | "
+            f"{f'{steps:,}' if isinstance(steps, int) else '—'} | {_fmt(r.get('wall_s'), 1)} |"
         )
-    lines += ["", "| across seeds | n | mean | IQM | 95 % CI of the mean | min | max |"]
-    lines.append("|---|---|---|---|---|---|---|")
+    if agg.get("solved", {}).get("of"):
+        target = next((r.get("target_return") for r in rows if r.get("solved") is not None), None)
+        lines += ["", f"Solved (evaluated return >= {target}): {agg['solved']['n']} of "
+                  f"{agg['solved']['of']} seeds."]  # fmt: skip
+    lines += ["", "| across seeds | n | mean | median | IQM | 95 % CI of the mean | min | max |"]
+    lines.append("|---|---|---|---|---|---|---|---|")
     labels = {
         "eval_return": "evaluated return",
         "time_to_target_s": "time to target (s)",
@@ -167,8 +181,8 @@ def format_aggregate(name: str, rows: list[dict[str, Any]], agg: dict[str, Any])
         n = f"{s['n']}" + (f" of {s['of']} reached" if key == "time_to_target_s" else "")
         ci_text = f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "—"
         lines.append(
-            f"| {label} | {n} | {_fmt(s['mean'])} | {_fmt(s['iqm'])} | {ci_text} | "
-            f"{_fmt(s['min'])} | {_fmt(s['max'])} |"
+            f"| {label} | {n} | {_fmt(s['mean'])} | {_fmt(s['median'])} | {_fmt(s['iqm'])} | "
+            f"{ci_text} | {_fmt(s['min'])} | {_fmt(s['max'])} |"
         )
     if agg["crashed"]:
         lines += ["", f"Crashed seeds (left out of the statistics): {agg['crashed']}"]
@@ -177,10 +191,19 @@ def format_aggregate(name: str, rows: list[dict[str, Any]], agg: dict[str, Any])
 
 def _row(seed: int, summary: dict[str, Any]) -> dict[str, Any]:
     evaluation = summary.get("evaluation") or []
+    eval_return = evaluation[0]["mean_return"] if evaluation else None
+    target = summary.get("target_return")
+    checks = summary.get("target_checks") or []
     return {
         "seed": seed,
         "status": "ok",
-        "eval_return": evaluation[0]["mean_return"] if evaluation else None,
+        "eval_return": eval_return,
+        "eval_policy": evaluation[0]["policy"] if evaluation else None,
+        "eval_episodes": evaluation[0]["episodes"] if evaluation else None,
+        "window_return": summary.get("mean_return"),
+        "target_return": target,
+        "solved": None if target is None or eval_return is None else eval_return >= target,
+        "target_checks": f"{sum(c['passed'] for c in checks)}/{len(checks)}" if checks else None,
         "time_to_target_s": summary.get("time_to_target_s"),
         "env_steps": summary["env_steps"],
         "wall_s": summary["wall_s"],
@@ -212,20 +235,64 @@ def run_seeds(
     config: str,
     overrides: Sequence[str],
     seeds: Sequence[int],
-    parallel: int = 1,
+    parallel: int | None = 1,
     logdir: str | None = None,
     on_done: Callable[[dict[str, Any]], None] | None = None,
+    ray_address: str | None = None,
+    cpus_per_seed: float = 1.0,
 ) -> tuple[Path, list[dict[str, Any]], dict[str, Any]]:
     """Train ``config`` (with ``overrides``) once per seed, each in a child ``rlpar train``
     process, ``parallel`` at a time; write ``aggregate.json`` and ``aggregate.md`` into the
     parent directory. Returns (parent directory, per-seed rows, aggregate). ``on_done`` is
-    called with each seed's row as it finishes."""
-    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+    called with each seed's row as it finishes.
+
+    With ``ray_address`` ("local": a Ray instance on this machine; "auto" or host:port: a
+    cluster) each seed is a Ray task of ``cpus_per_seed`` CPUs instead, training in a Ray
+    worker process (``parallel`` None: as many at once as the cluster's CPUs take); the run
+    directories are written where the workers run, so on a cluster of several machines the
+    log directory must be on storage they share."""
+    if parallel is None and ray_address is None:
+        parallel = 1
+    if parallel is not None and (
+        isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1
+    ):
         raise ConfigError(f"--parallel: expected an integer >= 1, got {parallel!r}")
+    if ray_address is not None and not (ray_address == "local" or is_ray_address(ray_address)):
+        raise ConfigError(
+            f'--ray: expected "local", "auto" or host:port of a Ray cluster, got {ray_address!r}'
+        )
+    if not cpus_per_seed > 0:
+        raise ConfigError(f"--cpus-per-seed: expected a number > 0, got {cpus_per_seed!r}")
     exp: Experiment = load_experiment(config, [*overrides, f"runtime.seed={seeds[0]}"])
     if logdir is not None:
         exp = dataclasses.replace(exp, log=dataclasses.replace(exp.log, logdir=logdir))
-    parent = make_run_dir(Path(exp.log.logdir) / exp.name, prefix="seeds-")
+    if ray_address is not None:
+        ray, owned = _connect_ray(ray_address)
+        try:
+            parent = make_run_dir(Path(exp.log.logdir).resolve() / exp.name, prefix="seeds-")
+            rows = _seeds_on_ray(ray, config, overrides, seeds, parallel, parent, on_done,
+                                 cpus_per_seed)  # fmt: skip
+        finally:
+            if owned:
+                ray.shutdown()
+    else:
+        parent = make_run_dir(Path(exp.log.logdir) / exp.name, prefix="seeds-")
+        rows = _seeds_in_processes(config, overrides, seeds, parallel or 1, parent, on_done)
+    ordered = [rows[s] for s in seeds]
+    agg = aggregate(ordered)
+    write_atomically(parent / "aggregate.json", json.dumps({"rows": ordered, **agg}, indent=2))
+    write_atomically(parent / "aggregate.md", format_aggregate(exp.name, ordered, agg))
+    return parent, ordered, agg
+
+
+def _seeds_in_processes(
+    config: str,
+    overrides: Sequence[str],
+    seeds: Sequence[int],
+    parallel: int,
+    parent: Path,
+    on_done: Callable[[dict[str, Any]], None] | None,
+) -> dict[int, dict[str, Any]]:
     pending = list(seeds)
     running: list[tuple[int, subprocess.Popen, Path]] = []
     rows: dict[int, dict[str, Any]] = {}
@@ -253,11 +320,65 @@ def run_seeds(
         for _, proc, _ in running:  # interrupted: no child outlives the command
             proc.terminate()
             proc.wait()
-    ordered = [rows[s] for s in seeds]
-    agg = aggregate(ordered)
-    write_atomically(parent / "aggregate.json", json.dumps({"rows": ordered, **agg}, indent=2))
-    write_atomically(parent / "aggregate.md", format_aggregate(exp.name, ordered, agg))
-    return parent, ordered, agg
+    return rows
+
+
+def _connect_ray(address: str) -> tuple[Any, bool]:
+    try:
+        from rlpar.runtime.ray_backend import connect_ray
+
+        return connect_ray(None if address == "local" else address, what="--ray")
+    except ImportError as e:
+        raise ConfigError(f'--ray needs Ray: pip install "rlpar[ray]" ({e})') from None
+
+
+def train_seed(config: str, overrides: list[str], seed: int, run_dir: str) -> dict[str, Any]:
+    """One seed's run (``runtime.seed = seed``) in ``run_dir``, as ``rlpar train --run-dir``
+    makes it, also writing its summary beside it as ``seed-<seed>.json``; returns the
+    summary. What a Ray task of ``--seeds ... --ray`` runs."""
+    from rlpar.app.train import Training
+
+    exp = load_experiment(config, [*overrides, f"runtime.seed={seed}"])
+    summary = Training(exp, run_dir=run_dir).run(quiet=True)
+    write_atomically(Path(run_dir).parent / f"seed-{seed}.json", json.dumps(summary) + "\n")
+    return summary
+
+
+def _seeds_on_ray(
+    ray: Any,
+    config: str,
+    overrides: Sequence[str],
+    seeds: Sequence[int],
+    parallel: int | None,
+    parent: Path,
+    on_done: Callable[[dict[str, Any]], None] | None,
+    cpus: float,
+) -> dict[int, dict[str, Any]]:
+    task = ray.remote(num_cpus=cpus, max_retries=0)(train_seed)
+    config_abs = str(Path(config).resolve())
+    pending = list(seeds)
+    running: dict[Any, int] = {}  # task reference -> seed
+    rows: dict[int, dict[str, Any]] = {}
+    try:
+        while pending or running:
+            while pending and (parallel is None or len(running) < parallel):
+                seed = pending.pop(0)
+                ref = task.remote(config_abs, list(overrides), seed, str(parent / f"seed-{seed}"))
+                running[ref] = seed
+            done, _ = ray.wait(list(running), num_returns=1)
+            for ref in done:
+                seed = running.pop(ref)
+                try:
+                    rows[seed] = _row(seed, ray.get(ref))
+                except Exception as e:  # the task's error: its traceback, the error last
+                    error = _last_line_error(str(e))
+                    rows[seed] = {"seed": seed, "status": "crashed", "error": error}
+                if on_done is not None:
+                    on_done(rows[seed])
+    finally:
+        for ref in running:  # interrupted: no task goes on training
+            ray.cancel(ref, force=True)
+    return rows
 
 
 def _finished(seed: int, proc: subprocess.Popen, log_path: Path) -> dict[str, Any]:
