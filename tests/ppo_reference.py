@@ -29,6 +29,7 @@ from loss_reference import (
     importance_ratios,
     log_prob_and_entropy,
 )
+from reference import numerical_grad
 
 
 @dataclass(frozen=True)
@@ -160,14 +161,9 @@ def ppo_loss(out, behaviour, actions, rewards, terminated, truncated, mask, *, l
 
 def numerical_dout(out, behaviour, actions, mask, tg, *, layout, o, eps=1e-6, **stats):
     """Central differences of `ppo_loss_given_targets` w.r.t. every element of ``out``."""
-    x = np.asarray(out, np.float64).copy()
-    grad = np.zeros_like(x)
-    for idx in np.ndindex(*x.shape):
-        old = x[idx]
-        x[idx] = old + eps
-        plus = ppo_loss_given_targets(x, behaviour, actions, mask, tg, layout=layout, o=o, **stats)
-        x[idx] = old - eps
-        minus = ppo_loss_given_targets(x, behaviour, actions, mask, tg, layout=layout, o=o, **stats)
-        x[idx] = old
-        grad[idx] = (plus["loss"] - minus["loss"]) / (2 * eps)
-    return grad
+
+    def loss(x):
+        m = ppo_loss_given_targets(x, behaviour, actions, mask, tg, layout=layout, o=o, **stats)
+        return m["loss"]
+
+    return numerical_grad(loss, out, eps=eps)

@@ -158,11 +158,12 @@ def recurrent_forward(
     return out.reshape(t_len, n, -1), state
 
 
-def numerical_grad(f, params: np.ndarray, coords: Sequence[int] | None = None, eps: float = 1e-6):
-    """Central differences of the scalar ``f(params float64)`` at ``coords`` (default: all)."""
+def numerical_grad(f, params: np.ndarray, coords: Sequence | None = None, eps: float = 1e-6):
+    """Central differences of the scalar ``f(params float64)`` at ``coords``, indices into
+    ``params`` (default: every element), in ``params``' shape (0 elsewhere)."""
     p = np.asarray(params, np.float64).copy()
-    coords = range(p.size) if coords is None else coords
-    grad = np.zeros(p.size)
+    coords = np.ndindex(*p.shape) if coords is None else coords
+    grad = np.zeros(p.shape)
     for i in coords:
         old = p[i]
         p[i] = old + eps

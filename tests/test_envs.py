@@ -125,6 +125,23 @@ def test_acrobot_from_gymnasium_reset_state():
             assert (rewards[0], terminated[0]) == (g_reward, g_term)
 
 
+def step_alongside(nv, other, actions, prev_done, sync):
+    """Step the native vector env ``nv`` and gymnasium's vector env ``other`` with the same
+    actions: same rewards and flags, same observations except on an autoreset step (there
+    ``sync(i, state)`` puts ``other``'s env ``i`` in the native env's new state). Returns the
+    native (obs, terminated, truncated)."""
+    obs, rewards, terminated, truncated, _ = nv.step(actions)
+    g_obs, g_rewards, g_term, g_trunc, _ = other.step(actions)
+    np.testing.assert_array_equal(rewards, g_rewards)
+    np.testing.assert_array_equal(terminated, g_term)
+    np.testing.assert_array_equal(truncated, g_trunc)
+    live = ~prev_done
+    np.testing.assert_allclose(obs[live], g_obs[live], rtol=0, atol=OBS_ATOL)
+    for i in np.flatnonzero(prev_done):
+        sync(i, nv.native.get_state(i)[0])
+    return obs, terminated, truncated
+
+
 def test_vector_autoreset_matches_gymnasium_cartpole_vector_env():
     """Against gymnasium's own CartPole vector env (NEXT_STEP), with a short time limit so that
     truncations happen: same rewards, flags and observations on every step, reset steps
@@ -143,17 +160,12 @@ def test_vector_autoreset_matches_gymnasium_cartpole_vector_env():
     rng = np.random.default_rng(2)
     prev_done = np.zeros(k, bool)
     ends = 0
+
+    def sync(i, state):
+        gv.unwrapped.state[:, i] = state
+
     for _ in range(800):
-        actions = act(obs, rng)
-        obs, rewards, terminated, truncated, _ = nv.step(actions)
-        g_obs, g_rewards, g_term, g_trunc, _ = gv.step(actions)
-        np.testing.assert_array_equal(rewards, g_rewards)
-        np.testing.assert_array_equal(terminated, g_term)
-        np.testing.assert_array_equal(truncated, g_trunc)
-        live = ~prev_done
-        np.testing.assert_allclose(obs[live], g_obs[live], rtol=0, atol=OBS_ATOL)
-        for i in np.flatnonzero(prev_done):
-            gv.unwrapped.state[:, i] = nv.native.get_state(i)[0]
+        obs, terminated, truncated = step_alongside(nv, gv, act(obs, rng), prev_done, sync)
         prev_done = terminated | truncated
         ends += int(prev_done.sum())
     assert ends > 50
@@ -172,17 +184,12 @@ def test_vector_autoreset_matches_gymnasium_sync_vector_env_acrobot():
     rng = np.random.default_rng(3)
     prev_done = np.zeros(k, bool)
     truncations = terminations = 0
+
+    def sync(i, state):
+        sv.envs[i].unwrapped.state = state
+
     for _ in range(1100):
-        actions = act(obs, rng)
-        obs, rewards, terminated, truncated, _ = nv.step(actions)
-        g_obs, g_rewards, g_term, g_trunc, _ = sv.step(actions)
-        np.testing.assert_array_equal(rewards, g_rewards)
-        np.testing.assert_array_equal(terminated, g_term)
-        np.testing.assert_array_equal(truncated, g_trunc)
-        live = ~prev_done
-        np.testing.assert_allclose(obs[live], g_obs[live], rtol=0, atol=OBS_ATOL)
-        for i in np.flatnonzero(prev_done):
-            sv.envs[i].unwrapped.state = nv.native.get_state(i)[0]
+        obs, terminated, truncated = step_alongside(nv, sv, act(obs, rng), prev_done, sync)
         truncations += int((truncated & ~terminated).sum())
         terminations += int(terminated.sum())
         prev_done = terminated | truncated

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from actor_helpers import make_actor
+from test_runtime import small_runtime as runtime_base
 
 import rlpar
 from rlpar.checkpoint import latest_checkpoint
@@ -35,16 +36,8 @@ MATMULS = [
 
 
 def small_runtime(**kw) -> RuntimeConfig:
-    base = dict(
-        num_actors=2,
-        envs_per_actor=3,
-        unroll_length=6,
-        batch_rollouts=2,
-        total_env_steps=1500,
-        checkpoint_interval_s=None,
-    )
-    base.update(kw)
-    return RuntimeConfig(**base)
+    """test_runtime's small run, with 6-step unrolls and 1500 env steps unless ``kw`` says."""
+    return runtime_base(**{"unroll_length": 6, "total_env_steps": 1500, **kw})
 
 
 def check_learner_rerun(net: rlpar.Net, params: np.ndarray, r: rlpar.Rollout) -> int:
