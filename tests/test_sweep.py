@@ -148,7 +148,8 @@ def test_a_two_trial_sweep_ranks_stops_the_trailing_trial_and_writes_the_best(
             pass
     assert proc.returncode == 0, err[-3000:]
     assert "will be ignored" not in err  # Tune drops max_concurrent_trials beside a generator
-    rows = json.loads(out.strip().splitlines()[-1])
+    (line,) = out.strip().splitlines()  # stdout holds the JSON alone (Tune's tables: stderr)
+    rows = json.loads(line)
     assert sorted(r["config"]["agent.optim.lr"] for r in rows) == [1e-7, 0.003]
     best, other = rows
     assert best["status"] == "finished" and best["env_steps"] >= 20000

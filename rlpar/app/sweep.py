@@ -36,10 +36,12 @@ Ray is started on this machine (127.0.0.1 only, no dashboard, no usage statistic
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -333,7 +335,9 @@ def _fit(spec: SweepSpec, exp: Any, config: str, overrides: list[str], root: Pat
             failure_config=tune.FailureConfig(max_failures=0),
         ),
     )  # fmt: skip
-    return tuner.fit()
+    # Tune prints its own tables; stdout is the command's (the ranked table, or --json).
+    with contextlib.redirect_stdout(sys.stderr):
+        return tuner.fit()
 
 
 def _rows(grid: Any, spec: SweepSpec) -> list[dict[str, Any]]:
