@@ -454,8 +454,8 @@ class EvalConfig:
     plays it with the newest parameters on an env of its own made with
     ``render_mode="rgb_array"``, into ``videos/<env steps>.gif`` in the run directory and the
     animated image ``video/<policy>`` in TensorBoard. Needs Pillow (``pip install
-    "rlpar[video]"``) and an env that renders ("sync" or "async" vectorization). The clip's
-    env steps in Python on a thread of its own, beside the actors."""
+    "rlpar[video]"``) and an env that renders ("sync" or "async" vectorization). The clip
+    is played in Python on a thread of its own, beside the actors."""
     video_max_frames: int = 500
     """Frames of a clip at most: a longer episode's clip is its first this many frames."""
     video_size: int = 256

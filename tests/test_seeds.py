@@ -186,6 +186,8 @@ def test_bad_seed_options_are_one_line_errors(tmp_path: Path) -> None:
         (["--seeds", "x"], "--seeds: expected a range like 0-4"),
         (["--seeds", "0-1", "--parallel", "0"], "--parallel: expected an integer >= 1, got 0"),
         (["--seeds", "0-1", "--resume", "x"], "--seeds: expected neither --resume nor"),
+        (["--parallel", "2"], "--parallel: expected --seeds with it"),
+        (["--seeds", "0-1", "--cpus-per-seed", "2"], "--cpus-per-seed: expected --ray with it"),
     ]:
         proc = subprocess.run(
             [sys.executable, "-m", "rlpar", "train", config, *args],

@@ -45,6 +45,17 @@ class Blind(Slide):
     metadata = {"render_modes": []}
 
 
+class Stuck(Slide):
+    """Steps forever once rendered for a clip (training envs do not render)."""
+
+    def step(self, action):
+        if self.render_mode == "rgb_array":
+            import time
+            while True:
+                time.sleep(0.05)
+        return super().step(action)
+
+
 class Flaky(Slide):
     """Renders one episode's frames, then fails."""
 
@@ -61,6 +72,7 @@ def register():
     gym.register("Slide-v0", entry_point=Slide)
     gym.register("Blind-v0", entry_point=Blind)
     gym.register("Flaky-v0", entry_point=Flaky)
+    gym.register("Stuck-v0", entry_point=Stuck)
 '''
 
 CONFIG = """name = "slide"
@@ -265,3 +277,34 @@ def test_a_clip_that_fails_mid_run_stops_the_run_and_says_why(tmp_path: Path) ->
     (run_dir,) = (logdir / "slide").iterdir()
     assert [p.name for p in (run_dir / "videos").glob("*.gif")] == ["0.gif"]
     assert list((run_dir / "checkpoints").glob("ckpt-*.rlpar"))  # the stop saved the run
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        ("video_interval_env_steps", 0, "None or an integer >= 1"),
+        ("video_max_frames", 1, "an integer >= 2"),
+        ("video_size", 8, "an integer >= 16"),
+    ],
+)
+def test_bad_clip_settings_are_config_errors_naming_the_key(
+    key: str, value: int, said: str
+) -> None:
+    from rlpar.config import ConfigError, EvalConfig
+
+    with pytest.raises(ConfigError, match=f"{key}.*{said}"):
+        EvalConfig(**{key: value})
+
+
+def test_a_clip_thread_stuck_in_the_env_does_not_hang_the_run(tmp_path: Path) -> None:
+    """An env whose step never returns in the clip thread: the run still ends (the thread is
+    left behind after runtime.join_timeout_s, with a warning) and its summary is written."""
+    pytest.importorskip("PIL")
+    proc, logdir = train(
+        tmp_path, "Stuck-v0", "eval.video_interval_env_steps=1000000",
+        "runtime.join_timeout_s=1",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "the clip thread did not stop within 1 s" in proc.stderr
+    (run_dir,) = (logdir / "slide").iterdir()
+    assert (run_dir / "summary.json").is_file()

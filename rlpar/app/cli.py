@@ -293,7 +293,6 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--cpus-per-seed",
         type=float,
-        default=1.0,
         metavar="C",
         help="with --ray: the CPUs each seed's task asks Ray for (default 1)",
     )

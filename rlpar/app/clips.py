@@ -104,18 +104,28 @@ class TrainingClips:
 
     def finish(self) -> None:
         """Stop the thread (a clip being played is dropped) and record the last clip, with the
-        final parameters, unless the last one already had them."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        if self.error is None and self.runner.env_steps() > self._last_at:
+        final parameters, unless the last one already had them (or the thread is stuck)."""
+        if self._join() and self.error is None and self.runner.env_steps() > self._last_at:
             self._record(self.runner.env_steps(), None)
 
     def close(self) -> None:
+        """Stop the thread and close the env (left open if the thread is stuck in it)."""
+        if self._join():
+            self.env.close()
+
+    def _join(self) -> bool:
+        """Stop the thread; False when it is still in the env after ``runtime.join_timeout_s``
+        (an env step that never returns: the run ends without it, as with a stuck actor)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        self.env.close()
+        if self._thread is None:
+            return True
+        timeout = self.runner.cfg.join_timeout_s
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("clips: the clip thread did not stop within %.0f s (stuck in the env)",
+                        timeout)  # fmt: skip
+            return False
+        return True
 
     def _run(self) -> None:
         next_at = self.runner.env_steps()

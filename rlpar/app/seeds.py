@@ -4,7 +4,8 @@
 
     <log.logdir>/<name>/seeds-<timestamp>/
         seed-0/ ... seed-4/   one run directory per seed (what ``rlpar train`` makes for one)
-        seed-N.log, .json     each seed's progress log and its summary line
+        seed-N.log, .json     each seed's progress log and its summary line (with --ray
+                              only the summary: the log is the Ray worker's)
         aggregate.json        per-seed rows and the statistics across seeds
         aggregate.md          the same as a Markdown table
 
@@ -239,7 +240,7 @@ def run_seeds(
     logdir: str | None = None,
     on_done: Callable[[dict[str, Any]], None] | None = None,
     ray_address: str | None = None,
-    cpus_per_seed: float = 1.0,
+    cpus_per_seed: float | None = None,
 ) -> tuple[Path, list[dict[str, Any]], dict[str, Any]]:
     """Train ``config`` (with ``overrides``) once per seed, each in a child ``rlpar train``
     process, ``parallel`` at a time; write ``aggregate.json`` and ``aggregate.md`` into the
@@ -247,7 +248,7 @@ def run_seeds(
     called with each seed's row as it finishes.
 
     With ``ray_address`` ("local": a Ray instance on this machine; "auto" or host:port: a
-    cluster) each seed is a Ray task of ``cpus_per_seed`` CPUs instead, training in a Ray
+    cluster) each seed is a Ray task of ``cpus_per_seed`` CPUs (None: 1) instead, training in a Ray
     worker process (``parallel`` None: as many at once as the cluster's CPUs take); the run
     directories are written where the workers run, so on a cluster of several machines the
     log directory must be on storage they share."""
@@ -261,6 +262,9 @@ def run_seeds(
         raise ConfigError(
             f'--ray: expected "local", "auto" or host:port of a Ray cluster, got {ray_address!r}'
         )
+    if cpus_per_seed is not None and ray_address is None:
+        raise ConfigError("--cpus-per-seed: expected --ray with it")
+    cpus_per_seed = 1.0 if cpus_per_seed is None else cpus_per_seed
     if not cpus_per_seed > 0:
         raise ConfigError(f"--cpus-per-seed: expected a number > 0, got {cpus_per_seed!r}")
     exp: Experiment = load_experiment(config, [*overrides, f"runtime.seed={seeds[0]}"])
@@ -276,7 +280,7 @@ def run_seeds(
             if owned:
                 ray.shutdown()
     else:
-        parent = make_run_dir(Path(exp.log.logdir) / exp.name, prefix="seeds-")
+        parent = make_run_dir(Path(exp.log.logdir).resolve() / exp.name, prefix="seeds-")
         rows = _seeds_in_processes(config, overrides, seeds, parallel or 1, parent, on_done)
     ordered = [rows[s] for s in seeds]
     agg = aggregate(ordered)
