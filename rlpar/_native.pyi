@@ -8,7 +8,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CategoricalSampler', 'Net', 'Snapshot', 'SnapshotStore', 'StepLoop', 'Tape', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_calibration', 'gil_meter', 'gil_release_threshold', 'global_norm', 'native_env_names', 'ppo_loss', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
+__all__: list[str] = ['CategoricalSampler', 'HeadSpec', 'LayerSpec', 'Net', 'NetSpec', 'Snapshot', 'SnapshotStore', 'StepLoop', 'Tape', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_calibration', 'gil_meter', 'gil_release_threshold', 'global_norm', 'native_env_names', 'ppo_loss', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
 def amx_available() -> bool:
     """
     True when this CPU and OS run Intel AMX-BF16 tiles, which LSTM(matmul='bf16x3') needs.
@@ -28,6 +28,98 @@ class ThreadPool:
     def threads(self) -> int:
         ...
 
+class LayerSpec:
+    """
+    One layer of a native NetSpec (rlpar/net.h LayerSpec).
+    """
+    @staticmethod
+    def conv2d(out_channels: typing.SupportsInt | typing.SupportsIndex, kernel: typing.SupportsInt | typing.SupportsIndex, stride: typing.SupportsInt | typing.SupportsIndex, padding: typing.SupportsInt | typing.SupportsIndex) -> LayerSpec:
+        ...
+    @staticmethod
+    def flatten() -> LayerSpec:
+        ...
+    @staticmethod
+    def linear(out_features: typing.SupportsInt | typing.SupportsIndex) -> LayerSpec:
+        ...
+    @staticmethod
+    def python(layer: typing.Any) -> LayerSpec:
+        """
+        A layer whose forward/backward are the object's methods.
+        """
+    @staticmethod
+    def relu() -> LayerSpec:
+        ...
+    @staticmethod
+    def tanh() -> LayerSpec:
+        ...
+    def __repr__(self) -> str:
+        ...
+    @property
+    def kernel(self) -> int:
+        ...
+    @property
+    def kind(self) -> str:
+        ...
+    @property
+    def out_channels(self) -> int:
+        ...
+    @property
+    def out_features(self) -> int:
+        ...
+    @property
+    def padding(self) -> int:
+        ...
+    @property
+    def stride(self) -> int:
+        ...
+class HeadSpec:
+    """
+    One output head of a native NetSpec (rlpar/net.h HeadSpec).
+    """
+    @staticmethod
+    def categorical(n: typing.SupportsInt | typing.SupportsIndex) -> HeadSpec:
+        ...
+    @staticmethod
+    def gaussian(n: typing.SupportsInt | typing.SupportsIndex) -> HeadSpec:
+        ...
+    @staticmethod
+    def value() -> HeadSpec:
+        ...
+    def __repr__(self) -> str:
+        ...
+    @property
+    def kind(self) -> str:
+        ...
+    @property
+    def size(self) -> int:
+        ...
+class NetSpec:
+    """
+    A native net's architecture (rlpar/net.h NetSpec).
+    """
+    def __init__(self, input_shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], input_uint8: bool = False, input_scale: typing.SupportsFloat | typing.SupportsIndex = 1.0, layers: collections.abc.Sequence[LayerSpec] = [], heads: collections.abc.Sequence[HeadSpec] = [], lstm_hidden: typing.SupportsInt | typing.SupportsIndex = 0, lstm_bf16x3: bool = False) -> None:
+        ...
+    @property
+    def heads(self) -> list[HeadSpec]:
+        ...
+    @property
+    def input_scale(self) -> float:
+        ...
+    @property
+    def input_shape(self) -> list[int]:
+        ...
+    @property
+    def input_uint8(self) -> bool:
+        ...
+    @property
+    def layers(self) -> list[LayerSpec]:
+        ...
+    @property
+    def lstm_bf16x3(self) -> bool:
+        ...
+    @property
+    def lstm_hidden(self) -> int:
+        ...
 class Tape:
     """
     Activations of one forward_train call, consumed by backward.
@@ -40,7 +132,7 @@ class Tape:
     def batch(self) -> int:
         ...
 class Net:
-    def __init__(self, input_shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], input_uint8: bool, input_scale: typing.SupportsFloat | typing.SupportsIndex, layers: list, heads: list, lstm_hidden: typing.SupportsInt | typing.SupportsIndex = 0, lstm_bf16x3: bool = False) -> None:
+    def __init__(self, spec: NetSpec) -> None:
         ...
     def backward(self, tape: Tape, dout: typing.Any, grad: typing.Any = None, accumulate: bool = False, release_gil: typing.Any = None, check_finite: bool = False, *, pool: ThreadPool | None = None) -> numpy.ndarray:
         ...
@@ -66,6 +158,11 @@ class Net:
     @property
     def input_uint8(self) -> bool:
         ...
+    @property
+    def native_spec(self) -> NetSpec:
+        """
+        The core's NetSpec this net was built from (a copy).
+        """
     @property
     def num_params(self) -> int:
         ...

@@ -341,26 +341,41 @@ def conv_spec(
     return NetSpec(input_shape=tuple(frame_shape), layers=layers, heads=heads, input_dtype="uint8")
 
 
-def _native_layer(layer: Layer) -> tuple:
+def _native_layer(layer: Layer) -> _native.LayerSpec:
     if isinstance(layer, Linear):
-        return ("linear", layer.out_features)
+        return _native.LayerSpec.linear(layer.out_features)
     if isinstance(layer, Conv2d):
-        return ("conv2d", layer.out_channels, layer.kernel, layer.stride, layer.padding)
+        return _native.LayerSpec.conv2d(
+            layer.out_channels, layer.kernel, layer.stride, layer.padding
+        )
     if isinstance(layer, ReLU):
-        return ("relu",)
+        return _native.LayerSpec.relu()
     if isinstance(layer, Tanh):
-        return ("tanh",)
+        return _native.LayerSpec.tanh()
     if isinstance(layer, Flatten):
-        return ("flatten",)
-    return ("python", layer)
+        return _native.LayerSpec.flatten()
+    return _native.LayerSpec.python(layer)
 
 
-def _native_head(head: Head) -> tuple:
+def _native_head(head: Head) -> _native.HeadSpec:
     if isinstance(head, Categorical):
-        return ("categorical", head.n)
+        return _native.HeadSpec.categorical(head.n)
     if isinstance(head, Value):
-        return ("value", 1)
-    return ("gaussian", head.n)
+        return _native.HeadSpec.value()
+    return _native.HeadSpec.gaussian(head.n)
+
+
+def _native_spec(spec: NetSpec) -> _native.NetSpec:
+    """The validated spec as the core's types (the bindings take it as is)."""
+    return _native.NetSpec(
+        input_shape=list(spec.input_shape),
+        input_uint8=spec.input_dtype == "uint8",
+        input_scale=spec.scale,
+        layers=[_native_layer(layer) for layer in spec.layers],
+        heads=[_native_head(head) for head in spec.heads],
+        lstm_hidden=0 if spec.core is None else spec.core.hidden,
+        lstm_bf16x3=spec.core is not None and spec.core.matmul == "bf16x3",
+    )
 
 
 def _orthogonal(rng: np.random.Generator, rows: int, cols: int, gain: float) -> np.ndarray:
@@ -417,15 +432,7 @@ class Net(_native.Net):
     def __init__(self, spec: NetSpec) -> None:
         if not isinstance(spec, NetSpec):
             raise TypeError(f"Net expects a NetSpec, got {type(spec).__name__}")
-        super().__init__(
-            list(spec.input_shape),
-            spec.input_dtype == "uint8",
-            spec.scale,
-            [_native_layer(layer) for layer in spec.layers],
-            [_native_head(head) for head in spec.heads],
-            0 if spec.core is None else spec.core.hidden,
-            spec.core is not None and spec.core.matmul == "bf16x3",
-        )
+        super().__init__(_native_spec(spec))
         self.spec = spec
 
     def initial_state(self, n: int) -> np.ndarray:

@@ -395,6 +395,46 @@ def test_net_needs_a_spec() -> None:
         Net({"input_shape": (4,)})
 
 
+def test_the_core_gets_the_spec_as_its_own_types() -> None:
+    """The Python spec reaches the core as bound LayerSpec/HeadSpec/NetSpec values, field for
+    field (no string tuples parsed in the bindings)."""
+    spec = NetSpec(
+        (8, 8, 2),
+        [Conv2d(4, 3, 2, 1), ReLU(), Flatten(), Linear(16), _Returns(None)],
+        [Categorical(3), Value(), Gaussian(2)],
+        input_dtype="uint8",
+        core=rlpar.LSTM(5),
+    )
+    native = Net(spec).native_spec
+    assert [repr(layer) for layer in native.layers] == [
+        "LayerSpec.conv2d(4, 3, 2, 1)",
+        "LayerSpec.relu()",
+        "LayerSpec.flatten()",
+        "LayerSpec.linear(16)",
+        "LayerSpec.python()",
+    ]
+    assert [(h.kind, h.size) for h in native.heads] == [
+        ("categorical", 3),
+        ("value", 1),
+        ("gaussian", 2),
+    ]
+    assert native.input_shape == [8, 8, 2] and native.input_uint8
+    assert native.input_scale == pytest.approx(1 / 255)
+    assert (native.lstm_hidden, native.lstm_bf16x3) == (5, False)
+
+
+def test_a_native_spec_is_checked_by_the_core() -> None:
+    """A spec built from the native types directly, bypassing rlpar.nn's checks, still gets a
+    ValueError from the core naming the layer and what it needs."""
+    n = rlpar._native
+    with pytest.raises(ValueError, match=lit("layer 0 (linear) needs out_features >= 1, got 0")):
+        n.Net(n.NetSpec([4], layers=[n.LayerSpec.linear(0)], heads=[n.HeadSpec.value()]))
+    with pytest.raises(ValueError, match=lit("head 0 needs size >= 1, got -1")):
+        n.Net(n.NetSpec([4], heads=[n.HeadSpec.gaussian(-1)]))
+    with pytest.raises(TypeError, match="incompatible constructor arguments"):
+        n.NetSpec([4], layers=[("linear", 4)])
+
+
 # --------------------------------------------------------------------------------- PyLayers
 
 

@@ -145,6 +145,10 @@ struct ParamsRef {
   uint64_t version = 0;
   std::shared_ptr<SharedPin> pin;  // keeps the snapshot pinned
   py::array array;                 // or keeps the parameter array alive
+
+  // What the net's per-snapshot caches key on (Net::core_weights): the snapshot's store, or
+  // null for an array (nothing to share it with).
+  std::shared_ptr<const void> owner() const { return pin ? pin->store : nullptr; }
 };
 
 inline ParamsRef params_ref(const rlpar::Net& net, py::handle obj) {

@@ -215,9 +215,7 @@ py::tuple do_unroll(VecEnv& envs, const std::shared_ptr<Net>& net, py::handle pa
                          (envs.spec().flops_per_step + net->flops_per_sample());
     const bool release = want_release(release_gil, flops);
     CallScope scope(release, net->has_external());
-    // A bf16x3 core's weights, packed once per snapshot (an array: once for this unroll).
-    std::shared_ptr<const rlpar::PackedCore> packed;
-    if (net->spec().lstm_bf16x3 && p.pin) packed = net->packed_core(p.pin->store, p.version, p.data);
+    const auto packed = net->core_weights(p.data, p.owner(), p.version, true);
     ends = rlpar::unroll(*net, p.data, envs, sampler, a, ret, len, packed.get());
   }
   py::list episodes;

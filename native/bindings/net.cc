@@ -1,4 +1,4 @@
-// Bindings of rlpar::Net (net.h): building a net from Python layer tuples, Python layers, and
+// Bindings of rlpar::Net (net.h): the spec types (LayerSpec, HeadSpec, NetSpec), Python layers, and
 // forward / forward_train / backward with argument checks and the GIL policy (gil.h).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -39,11 +39,6 @@ std::string expected_batch_shape(const Shape& sample) {
   for (int64_t d : sample) o << ", " << d;
   o << "]";
   return o.str();
-}
-
-// params: a flat float32 vector, or a pinned Snapshot (read in place, kept alive by the caller).
-const float* flat_params(const Net& net, py::handle obj) {
-  return params_ref(net, obj).data;  // the caller's `obj` keeps the data alive
 }
 
 // Observations: [B, *input_shape] of the net's input dtype; non-contiguous arrays are copied.
@@ -178,53 +173,6 @@ class PyExternalLayer final : public rlpar::ExternalLayer {
   std::string name_;
 };
 
-// layers: tuples ("linear", out) | ("conv2d", oc, k, stride, pad) | ("relu",) | ("tanh",) |
-// ("flatten",) | ("python", layer); heads: (kind, size).
-std::shared_ptr<Net> make_net(const Shape& input_shape, bool input_uint8, float input_scale,
-                              const py::list& layers, const py::list& heads, int64_t lstm_hidden,
-                              bool lstm_bf16x3) {
-  NetSpec spec;
-  spec.lstm_hidden = lstm_hidden;
-  spec.lstm_bf16x3 = lstm_bf16x3;
-  spec.input_shape = input_shape;
-  spec.input_uint8 = input_uint8;
-  spec.input_scale = input_scale;
-  for (py::handle item : layers) {
-    auto t = item.cast<py::tuple>();
-    const auto kind = t[0].cast<std::string>();
-    if (kind == "linear") {
-      spec.layers.push_back(LayerSpec::linear(t[1].cast<int64_t>()));
-    } else if (kind == "conv2d") {
-      spec.layers.push_back(LayerSpec::conv2d(t[1].cast<int64_t>(), t[2].cast<int64_t>(),
-                                              t[3].cast<int64_t>(), t[4].cast<int64_t>()));
-    } else if (kind == "relu") {
-      spec.layers.push_back(LayerSpec::relu());
-    } else if (kind == "tanh") {
-      spec.layers.push_back(LayerSpec::tanh());
-    } else if (kind == "flatten") {
-      spec.layers.push_back(LayerSpec::flatten());
-    } else if (kind == "python") {
-      spec.layers.push_back(LayerSpec::external_layer(
-          std::make_shared<PyExternalLayer>(py::reinterpret_borrow<py::object>(t[1]))));
-    } else {
-      throw py::value_error("unknown layer kind '" + kind +
-                            "', expected one of linear, conv2d, relu, tanh, flatten, python");
-    }
-  }
-  for (py::handle item : heads) {
-    auto t = item.cast<py::tuple>();
-    const auto kind = t[0].cast<std::string>();
-    HeadSpec h;
-    h.size = t[1].cast<int64_t>();
-    if (kind == "categorical") h.kind = HeadKind::Categorical;
-    else if (kind == "value") h.kind = HeadKind::Value;
-    else if (kind == "gaussian") h.kind = HeadKind::Gaussian;
-    else throw py::value_error("unknown head kind '" + kind + "', expected categorical, value or gaussian");
-    spec.heads.push_back(h);
-  }
-  return std::make_shared<Net>(std::move(spec));
-}
-
 // A recorded forward pass: the core tape plus what keeps its parameters alive and unchanged until
 // backward (the caller's array, or a share of a snapshot's pin).
 struct PyTape {
@@ -301,18 +249,12 @@ py::array_t<float> do_forward(const std::shared_ptr<Net>& net, py::handle params
                               py::handle state, py::handle resets, py::handle pool_obj,
                               std::unique_ptr<rlpar::Tape>* tape) {
   rlpar::ThreadPool* pool = pool_arg(pool_obj);
-  const float* p = flat_params(*net, params);
+  const ParamsRef ref = params_ref(*net, params);
+  const float* p = ref.data;
   int64_t batch = 0;
   py::array x = checked_obs(*net, obs, batch);
   py::array_t<float> y = output_buffer(*net, std::move(out), batch);
   SeqInput seq = checked_seq(*net, state, resets, batch, tape == nullptr);
-  // A bf16x3 core's weights: packed once per snapshot (below, without the GIL), else in the
-  // call from the array.
-  std::shared_ptr<rlpar_py::SharedPin> snapshot;
-  if (net->spec().lstm_bf16x3 && py::isinstance<PySnapshot>(params)) {
-    snapshot = params.cast<const PySnapshot&>().pin;
-  }
-  std::shared_ptr<const rlpar::PackedCore> packed;
   if (check) {
     rlpar::check_finite(p, net->num_params(), "params");
     check_obs_finite(*net, x, batch);
@@ -320,13 +262,12 @@ py::array_t<float> do_forward(const std::shared_ptr<Net>& net, py::handle params
   }
   const void* xp = x.data();
   float* yp = y.mutable_data();
+  std::shared_ptr<const rlpar::PackedCore> packed;
   {
     const bool release = want_release(release_gil, net->flops_per_sample() * batch);
     CallScope scope(release, net->has_external());
-    if (snapshot) {
-      packed = net->packed_core(snapshot->store, snapshot->pin.version(), p);
-      seq.args.packed_core = packed.get();
-    }
+    packed = net->core_weights(p, ref.owner(), ref.version, false);
+    seq.args.packed_core = packed.get();
     if (tape) {
       *tape = net->forward_train_seq(p, xp, seq.args, yp, pool);
     } else {
@@ -347,8 +288,9 @@ py::tuple forward_train(const std::shared_ptr<Net>& net, py::handle params, py::
                         py::object out, py::object release_gil, bool check_finite,
                         py::handle state, py::handle resets, py::handle pool) {
   PyTape t{net, nullptr, py::reinterpret_borrow<py::object>(params), nullptr, nullptr};
-  if (py::isinstance<PySnapshot>(params)) t.pin = params.cast<const PySnapshot&>().pin;
-  t.params_data = flat_params(*net, params);
+  const ParamsRef ref = params_ref(*net, params);
+  t.pin = ref.pin;
+  t.params_data = ref.data;
   auto y = do_forward(net, params, obs, std::move(out), std::move(release_gil), check_finite,
                       state, resets, pool, &t.tape);
   return py::make_tuple(y, std::move(t));
@@ -426,16 +368,109 @@ py::dict workspace_stats(const Net& n) {
 
 }  // namespace
 
+const char* layer_kind(rlpar::LayerKind k) {
+  switch (k) {
+    case rlpar::LayerKind::Linear: return "linear";
+    case rlpar::LayerKind::Conv2d: return "conv2d";
+    case rlpar::LayerKind::ReLU: return "relu";
+    case rlpar::LayerKind::Tanh: return "tanh";
+    case rlpar::LayerKind::Flatten: return "flatten";
+    case rlpar::LayerKind::External: return "python";
+  }
+  return "?";
+}
+
+const char* head_kind(HeadKind k) {
+  switch (k) {
+    case HeadKind::Categorical: return "categorical";
+    case HeadKind::Value: return "value";
+    case HeadKind::Gaussian: return "gaussian";
+  }
+  return "?";
+}
+
+std::string layer_repr(const LayerSpec& l) {
+  const std::string kind = layer_kind(l.kind);
+  switch (l.kind) {
+    case rlpar::LayerKind::Linear:
+      return "LayerSpec.linear(" + std::to_string(l.out_features) + ")";
+    case rlpar::LayerKind::Conv2d:
+      return "LayerSpec.conv2d(" + std::to_string(l.out_channels) + ", " + std::to_string(l.kernel) +
+             ", " + std::to_string(l.stride) + ", " + std::to_string(l.padding) + ")";
+    default:
+      return "LayerSpec." + kind + "()";
+  }
+}
+
+// The spec types, bound as the core defines them: rlpar.nn builds a NetSpec of these from its
+// validated dataclasses, and Net's constructor takes it as is (no parsing here).
+void bind_spec(py::module_& m) {
+  py::class_<LayerSpec>(m, "LayerSpec", "One layer of a native NetSpec (rlpar/net.h LayerSpec).")
+      .def_static("linear", &LayerSpec::linear, py::arg("out_features"))
+      .def_static("conv2d", &LayerSpec::conv2d, py::arg("out_channels"), py::arg("kernel"),
+                  py::arg("stride"), py::arg("padding"))
+      .def_static("relu", &LayerSpec::relu)
+      .def_static("tanh", &LayerSpec::tanh)
+      .def_static("flatten", &LayerSpec::flatten)
+      .def_static("python",
+                  [](py::object layer) {
+                    return LayerSpec::external_layer(
+                        std::make_shared<PyExternalLayer>(std::move(layer)));
+                  },
+                  py::arg("layer"), "A layer whose forward/backward are the object's methods.")
+      .def_property_readonly("kind", [](const LayerSpec& l) { return layer_kind(l.kind); })
+      .def_readonly("out_features", &LayerSpec::out_features)
+      .def_readonly("out_channels", &LayerSpec::out_channels)
+      .def_readonly("kernel", &LayerSpec::kernel)
+      .def_readonly("stride", &LayerSpec::stride)
+      .def_readonly("padding", &LayerSpec::padding)
+      .def("__repr__", &layer_repr);
+  py::class_<HeadSpec>(m, "HeadSpec", "One output head of a native NetSpec (rlpar/net.h HeadSpec).")
+      .def_static("categorical", &HeadSpec::categorical, py::arg("n"))
+      .def_static("value", &HeadSpec::value)
+      .def_static("gaussian", &HeadSpec::gaussian, py::arg("n"))
+      .def_property_readonly("kind", [](const HeadSpec& h) { return head_kind(h.kind); })
+      .def_readonly("size", &HeadSpec::size)
+      .def("__repr__", [](const HeadSpec& h) {
+        return std::string("HeadSpec.") + head_kind(h.kind) + "(" +
+               (h.kind == HeadKind::Value ? "" : std::to_string(h.size)) + ")";
+      });
+  py::class_<NetSpec>(m, "NetSpec", "A native net's architecture (rlpar/net.h NetSpec).")
+      .def(py::init([](Shape input_shape, bool input_uint8, float input_scale,
+                       std::vector<LayerSpec> layers, std::vector<HeadSpec> heads,
+                       int64_t lstm_hidden, bool lstm_bf16x3) {
+             NetSpec s;
+             s.input_shape = std::move(input_shape);
+             s.input_uint8 = input_uint8;
+             s.input_scale = input_scale;
+             s.layers = std::move(layers);
+             s.heads = std::move(heads);
+             s.lstm_hidden = lstm_hidden;
+             s.lstm_bf16x3 = lstm_bf16x3;
+             return s;
+           }),
+           py::arg("input_shape"), py::arg("input_uint8") = false, py::arg("input_scale") = 1.0f,
+           py::arg("layers") = std::vector<LayerSpec>{}, py::arg("heads") = std::vector<HeadSpec>{},
+           py::arg("lstm_hidden") = 0, py::arg("lstm_bf16x3") = false)
+      .def_readonly("input_shape", &NetSpec::input_shape)
+      .def_readonly("input_uint8", &NetSpec::input_uint8)
+      .def_readonly("input_scale", &NetSpec::input_scale)
+      .def_readonly("layers", &NetSpec::layers)
+      .def_readonly("heads", &NetSpec::heads)
+      .def_readonly("lstm_hidden", &NetSpec::lstm_hidden)
+      .def_readonly("lstm_bf16x3", &NetSpec::lstm_bf16x3);
+}
+
 void bind_net(py::module_& m) {
+  bind_spec(m);
   py::class_<PyTape>(m, "Tape", "Activations of one forward_train call, consumed by backward.")
       .def_property_readonly("batch", [](const PyTape& t) { return t.tape ? t.tape->batch() : 0; })
       .def("release", [](PyTape& t) { t.tape.reset(); },
            "Give the workspace back to the net now instead of when the tape is collected.");
 
   py::class_<Net, std::shared_ptr<Net>>(m, "Net", py::dynamic_attr())
-      .def(py::init(&make_net), py::arg("input_shape"), py::arg("input_uint8"),
-           py::arg("input_scale"), py::arg("layers"), py::arg("heads"),
-           py::arg("lstm_hidden") = 0, py::arg("lstm_bf16x3") = false)
+      .def(py::init([](const NetSpec& spec) { return std::make_shared<Net>(spec); }),
+           py::arg("spec"))
       .def_property_readonly("state_size", &Net::state_size)
       .def_property_readonly("recurrent", &Net::recurrent)
       .def_property_readonly("num_params", &Net::num_params)
@@ -443,6 +478,8 @@ void bind_net(py::module_& m) {
       .def_property_readonly("input_shape",
                              [](const Net& n) { return py::tuple(py::cast(n.spec().input_shape)); })
       .def_property_readonly("input_uint8", [](const Net& n) { return n.spec().input_uint8; })
+      .def_property_readonly("native_spec", [](const Net& n) { return n.spec(); },
+                             "The core's NetSpec this net was built from (a copy).")
       .def_property_readonly("flops_per_sample", &Net::flops_per_sample)
       .def_property_readonly("activation_shapes",
                              [](const Net& n) { return shapes_list(n.activation_shapes()); })

@@ -253,10 +253,7 @@ class StepLoop {
     const Net& net = *net_;
     const bool release = want_release(py::none(), net.flops_per_sample() * (e - b));
     CallScope scope(release, net.has_external());
-    if (net.spec().lstm_bf16x3 && !packed_) {
-      packed_ = params_.pin ? net.packed_core(params_.pin->store, params_.version, params_.data)
-                            : net.pack_core(params_.data);
-    }
+    if (!packed_) packed_ = net.core_weights(params_.data, params_.owner(), params_.version, true);
     rlpar::act_rows(net, params_.data, a_, k_, t, b, e, sampler_, logits_, packed_.get());
   }
 

@@ -82,6 +82,9 @@ LayerSpec LayerSpec::external_layer(std::shared_ptr<ExternalLayer> layer) {
   l.external = std::move(layer);
   return l;
 }
+HeadSpec HeadSpec::categorical(int64_t n) { return {HeadKind::Categorical, n}; }
+HeadSpec HeadSpec::value() { return {HeadKind::Value, 1}; }
+HeadSpec HeadSpec::gaussian(int64_t n) { return {HeadKind::Gaussian, n}; }
 
 // ---------------------------------------------------------------------------------------------
 // Workspaces: 64-byte aligned scratch buffers that only grow, pooled per net.
@@ -237,7 +240,7 @@ enum : size_t { kGradA = 0, kGradB = 1, kCol = 2, kActBase = 3 };
 constexpr int64_t kMaxParts = 256;
 }
 
-// packed_core's snapshots: a few (owner, version) entries, replaced oldest first.
+// core_weights' snapshots: a few (owner, version) entries, replaced oldest first.
 struct Net::CoreCache {
   struct Entry {
     std::weak_ptr<const void> owner;
@@ -608,8 +611,11 @@ std::shared_ptr<const PackedCore> Net::pack_core(const float* params) const {
   return packed;
 }
 
-std::shared_ptr<const PackedCore> Net::packed_core(const std::shared_ptr<const void>& owner,
-                                                   uint64_t version, const float* params) const {
+std::shared_ptr<const PackedCore> Net::core_weights(const float* params,
+                                                    const std::shared_ptr<const void>& owner,
+                                                    uint64_t version, bool many_calls) const {
+  if (!spec_.lstm_bf16x3) return nullptr;
+  if (!owner) return many_calls ? pack_core(params) : nullptr;
   CoreCache& cache = *core_cache_;
   {
     std::lock_guard<std::mutex> lock(cache.mu);

@@ -169,8 +169,8 @@ std::vector<EpisodeEnd> unroll(const Net& net, const float* params, VecEnv& envs
   const int64_t k = envs.num_envs();
   if (recurrent) begin_core(a, k, net.state_size());
   std::shared_ptr<const PackedCore> own_packed;
-  if (net.spec().lstm_bf16x3 && packed_core == nullptr) {
-    own_packed = net.pack_core(params);
+  if (packed_core == nullptr) {
+    own_packed = net.core_weights(params, nullptr, 0, true);
     packed_core = own_packed.get();
   }
   const int64_t obs_bytes = envs.spec().obs_size() * (envs.spec().obs_uint8 ? 1 : 4);

@@ -143,7 +143,7 @@ void recurrent_net_is_deterministic_across_threads(bool bf16x3) {
       seq.state_out = state.data();
       seq.resets = resets.data() + t * seqs;
       std::shared_ptr<const rlpar::PackedCore> packed;
-      if (cached) packed = net.packed_core(owner, 1, params.data());
+      if (cached) packed = net.core_weights(params.data(), owner, 1, true);
       seq.packed_core = packed.get();
       net.forward_seq(params.data(), obs.data() + t * seqs * net.input_size(), seq,
                       out.data() + t * seqs * net.output_size());

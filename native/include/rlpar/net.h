@@ -99,6 +99,10 @@ struct LayerSpec {
 struct HeadSpec {
   HeadKind kind = HeadKind::Value;
   int64_t size = 1;
+
+  static HeadSpec categorical(int64_t n);
+  static HeadSpec value();
+  static HeadSpec gaussian(int64_t n);
 };
 
 struct NetSpec {
@@ -110,11 +114,12 @@ struct NetSpec {
   int64_t lstm_hidden = 0;    // > 0: an LSTM core of this width after the layers, before the heads
   // The LSTM's products in bf16x3 on AMX tiles (rlpar/amx.h: ~1e-5 relative error per
   // product) instead of float32, in every call. The weights are packed into tiles per call,
-  // unless the call brings them packed (SeqArgs::packed_core). Needs amx::available().
+  // unless the call brings them packed (SeqArgs::packed_core, from Net::core_weights). Needs
+  // amx::available().
   bool lstm_bf16x3 = false;
 };
 
-// The LSTM core's weights of one params vector, packed for spec.lstm_bf16x3 (Net::pack_core):
+// The LSTM core's weights of one params vector, packed for spec.lstm_bf16x3 (Net::core_weights):
 // an actor packs them once per snapshot instead of on every step.
 struct PackedCore {
   std::vector<uint16_t> w;  // [Wx; Wh] (lstm::pack_weights)
@@ -216,13 +221,16 @@ class Net {
                                           const SeqArgs& seq, float* out,
                                           ThreadPool* pool = nullptr) const;
 
-  // spec.lstm_bf16x3 only: the core's weights of `params`, packed.
-  std::shared_ptr<const PackedCore> pack_core(const float* params) const;
-  // The same, kept for the snapshot `version` of `owner` (a snapshot store, held weakly): the
-  // first call packs, later calls for that snapshot share the result. A few snapshots are kept
-  // (the actors may be on different versions); an owner that is gone never matches again.
-  std::shared_ptr<const PackedCore> packed_core(const std::shared_ptr<const void>& owner,
-                                                uint64_t version, const float* params) const;
+  // The packed core weights calls on `params` bring along (SeqArgs::packed_core). The one place
+  // that decides when to pack and what to keep; null unless spec.lstm_bf16x3. With an `owner`
+  // (a snapshot store, held weakly) and its snapshot `version`: the first request packs, later
+  // ones for that snapshot, from any thread, share the result (a few snapshots are kept, the
+  // actors may be on different versions; an owner that is gone never matches again). Without
+  // one: packed now when the caller makes `many_calls` on these params (an unroll's steps), else
+  // null (a single call packs into its own workspace, no allocation).
+  std::shared_ptr<const PackedCore> core_weights(const float* params,
+                                                 const std::shared_ptr<const void>& owner,
+                                                 uint64_t version, bool many_calls) const;
 
   // dout: [B, output_size] gradient of the loss w.r.t. the output; grad: [num_params].
   // `params` must be the buffer the tape was recorded with.
@@ -280,7 +288,8 @@ class Net {
   double flops_per_sample_ = 0;
   bool has_external_ = false;
   std::shared_ptr<WorkspacePool> pool_;
-  struct CoreCache;  // packed_core's snapshots (net.cc)
+  std::shared_ptr<const PackedCore> pack_core(const float* params) const;
+  struct CoreCache;  // core_weights' snapshots (net.cc)
   std::shared_ptr<CoreCache> core_cache_;
 };
 

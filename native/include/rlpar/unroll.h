@@ -85,7 +85,7 @@ struct EpisodeEnd {
 // ep_return, ep_length: [K] the episodes in progress (read and updated). Throws
 // std::invalid_argument on a mismatch, before any env moves; logits that cannot be sampled (a
 // diverged net) throw from the step where they appear, with the arrays filled up to it.
-// packed_core: a bf16x3 core's weights packed from `params` (Net::pack_core); null: packed
+// packed_core: a bf16x3 core's weights packed from `params` (Net::core_weights); null: packed
 // here, once for the unroll.
 std::vector<EpisodeEnd> unroll(const Net& net, const float* params, VecEnv& envs,
                                CategoricalSampler& sampler, const UnrollArrays& arrays,
