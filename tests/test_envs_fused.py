@@ -95,8 +95,8 @@ def test_fused_unroll_equals_python_actor_loop(env_id, spec):
         episodes.extend(ends)
     assert len(episodes) > 20
     assert episodes == [(ret, length) for ret, length, _ in log.episodes]
-    np.testing.assert_array_equal(ep_return, actor.ep_return)
-    np.testing.assert_array_equal(ep_length, actor.ep_length)
+    np.testing.assert_array_equal(ep_return, actor.carry.ep_return)
+    np.testing.assert_array_equal(ep_length, actor.carry.ep_length)
     assert sampler.state == agent.sampler.state
 
 

@@ -206,10 +206,10 @@ def test_an_actor_continues_its_episodes_from_its_saved_state(lstm) -> None:
     if lstm:
         assert np.abs(arrays["core/state"]).sum() > 0
     b = make_actor(lstm, generation=1)
-    assert not np.array_equal(b.obs, a.obs)
+    assert not np.array_equal(b.carry.obs, a.carry.obs)
     b.set_rng_state(rng_state["numpy"], rng_state["sampler"])
     b.load_resume_state(arrays)
-    np.testing.assert_array_equal(b.ep_length, arrays["ep_length"])
+    np.testing.assert_array_equal(b.carry.ep_length, arrays["ep_length"])
     after_a, after_b = unrolls(a, 4), unrolls(b, 4)
     for ra, rb in zip(after_a, after_b, strict=True):
         for key in ra:
@@ -257,11 +257,11 @@ def test_a_resumed_run_continues_the_checkpointed_episodes(tmp_path) -> None:
     for i, actor in enumerate(resumed.actors):
         saved = {k.removeprefix(f"actors/{i}/"): v for k, v in ckpt.arrays.items()
                  if k.startswith(f"actors/{i}/")}  # fmt: skip
-        assert isinstance(actor, Actor) and actor.core is not None
-        np.testing.assert_array_equal(actor.core.state, saved["core/state"])
-        np.testing.assert_array_equal(actor.ep_length, saved["ep_length"])
-        np.testing.assert_array_equal(actor.ep_return, saved["ep_return"])
-        np.testing.assert_array_equal(actor.obs, saved["obs"])
+        assert isinstance(actor, Actor) and actor.carry.core is not None
+        np.testing.assert_array_equal(actor.carry.core.state, saved["core/state"])
+        np.testing.assert_array_equal(actor.carry.ep_length, saved["ep_length"])
+        np.testing.assert_array_equal(actor.carry.ep_return, saved["ep_return"])
+        np.testing.assert_array_equal(actor.carry.obs, saved["obs"])
         env_state = actor.envs.save_state()  # type: ignore[attr-defined]
         for key, value in env_state.items():
             np.testing.assert_array_equal(value, saved[f"env/{key}"])
@@ -277,8 +277,8 @@ def test_resume_with_other_envs_per_actor_starts_new_episodes(tmp_path, caplog) 
         )
     assert "actor 0 starts new episodes" in caplog.text
     actor = resumed.actors[0]
-    assert isinstance(actor, Actor) and actor.core is not None
-    assert (actor.ep_length == 0).all() and not actor.core.state.any()
+    assert isinstance(actor, Actor) and actor.carry.core is not None
+    assert (actor.carry.ep_length == 0).all() and not actor.carry.core.state.any()
 
 
 def test_envs_that_cannot_save_their_state_checkpoint_none(tmp_path) -> None:
@@ -290,5 +290,5 @@ def test_envs_that_cannot_save_their_state_checkpoint_none(tmp_path) -> None:
     assert load_checkpoint(path).arrays == {}
     resumed = Runner(lstm_impala(), env, runtime(total_env_steps=2400), resume=path)
     actor = resumed.actors[0]
-    assert isinstance(actor, Actor) and actor.core is not None
-    assert not actor.core.state.any() and (actor.ep_length == 0).all()
+    assert isinstance(actor, Actor) and actor.carry.core is not None
+    assert not actor.carry.core.state.any() and (actor.carry.ep_length == 0).all()

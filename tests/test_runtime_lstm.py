@@ -191,10 +191,10 @@ def test_fused_unroll_checks_the_state_arrays() -> None:
     r = actor.free.get()
     arrays = (r.obs, r.actions, r.rewards, r.terminated, r.truncated, r.mask, r.behaviour)
     args = (actor.envs.native, actor.net, actor.params, actor.sampler, *arrays,
-            actor.ep_return, actor.ep_length)  # fmt: skip
+            actor.carry.ep_return, actor.carry.ep_length)  # fmt: skip
     with pytest.raises(ValueError, match=r"LSTM core: fused_unroll needs state float32 \[K, 16\]"):
         rlpar._native.fused_unroll(*args)
-    state, starts = actor.core.state, actor.core.starts
+    state, starts = actor.carry.core.state, actor.carry.core.starts
     env_before = actor.envs.native.get_state(0)[0].copy()
     state_before = state.copy()
     with pytest.raises(ValueError, match=r"state must have shape \(3, 16\)"):
@@ -219,8 +219,8 @@ def test_fused_unroll_checks_the_state_arrays() -> None:
     np.testing.assert_array_equal(actor.envs.native.get_state(0)[0], env_before)
     np.testing.assert_array_equal(state, state_before)
     ff = make_actor("rlpar/CartPole-v1", lstm=0)
-    ff_args = (ff.envs.native, ff.net, ff.params, ff.sampler, *arrays, ff.ep_return,
-               ff.ep_length)  # fmt: skip
+    ff_args = (ff.envs.native, ff.net, ff.params, ff.sampler, *arrays, ff.carry.ep_return,
+               ff.carry.ep_length)  # fmt: skip
     with pytest.raises(ValueError, match="this net is feed-forward"):
         rlpar._native.fused_unroll(*ff_args, state=state, starts=starts)
     with pytest.raises(ValueError, match="this net is feed-forward"):

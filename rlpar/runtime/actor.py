@@ -26,6 +26,7 @@ from rlpar.agent import Agent
 from rlpar.config import EnvConfig, RuntimeConfig
 from rlpar.data import Rollout
 from rlpar.nn import Net
+from rlpar.runtime.actor_carry import Carry
 from rlpar.runtime.common import (
     ActorStats,
     EpisodeLog,
@@ -43,7 +44,6 @@ from rlpar.runtime.envs import (
     storage_dtype,
 )
 from rlpar.runtime.gil_meter import ThreadMeter
-from rlpar.runtime.recurrent import CoreState
 from rlpar.snapshot import SnapshotStore
 
 __all__ = ["Actor", "LocalActors"]
@@ -101,24 +101,14 @@ class Actor:
         self.loop = None if self.fused else _native.StepLoop(net, envs.num_envs, self.sampler)
         try:
             # one seed per env where the vector env takes them (gymnasium types it int)
-            self.obs, _ = envs.reset(seed=env_seeds(envs, seed, index, generation))  # type: ignore[arg-type]
+            obs, _ = envs.reset(seed=env_seeds(envs, seed, index, generation))  # type: ignore[arg-type]
         except ValueError as e:
             raise explain_env_error(envs, e) from e
-        # The episodes in progress: whether each env's last step ended one (so its next step
-        # is the reset step), and the return and length of each so far.
-        self.prev_done = np.zeros(self.num_envs, bool)
-        self.ep_return = np.zeros(self.num_envs, np.float64)
-        self.ep_length = np.zeros(self.num_envs, np.int64)
+        # The episodes in progress and a recurrent net's state, carried on every path.
+        self.carry = Carry(index, envs, net, obs, self.rng, self.sampler, keep_resume_state)
         self.stats = ActorStats()
-        # A recurrent net's state (None for a feed-forward net), carried on every path.
-        self.core = CoreState(net, self.num_envs) if net.recurrent else None
         self.seq = 0
         self._all = slice(0, self.num_envs)
-        self._resumable = callable(getattr(envs, "save_state", None)) and callable(
-            getattr(envs, "load_state", None)
-        )
-        self._keep_resume = keep_resume_state and self._resumable
-        self._saved = self._read_saved_state()
 
     # ------------------------------------------------------------------ checkpoints, resume
 
@@ -126,72 +116,23 @@ class Actor:
         """The sampling generators' states as of the last finished unroll (what a checkpoint
         keeps). Copied by the actor thread itself: reading a generator that another thread is
         drawing from (the native sampler draws with the GIL released) would race."""
-        return self._saved[0]
+        return self.carry.checkpoint_state()[0]
 
     def checkpoint_state(self) -> tuple[dict, dict[str, np.ndarray] | None]:
         """(`rng_state`, the arrays that continue this actor's episodes), both copied by the
-        actor thread at the end of the same unroll (one reference: never a mix of two).
-
-        The arrays (None unless ``keep_resume_state`` and the envs are `ResumableEnvs`):
-        ``env/<name>`` (the envs' `save_state`), ``obs`` [K, *obs_shape] (the next step's
-        input), ``prev_done`` bool [K], ``ep_return`` float64 [K] and ``ep_length`` int64 [K]
-        (the episodes so far), and for a recurrent net ``core/state`` float32 [K, state_size]
-        and ``core/starts`` bool [K]."""
-        return self._saved
+        actor thread at the end of the same unroll (`Carry.checkpoint_state`; the arrays are
+        None unless ``keep_resume_state`` and the envs are `ResumableEnvs`)."""
+        return self.carry.checkpoint_state()
 
     def load_resume_state(self, arrays: dict[str, np.ndarray]) -> None:
-        """Continue the episodes that `checkpoint_state`'s arrays describe: the envs, the
-        observations, the episode returns and lengths so far and the core state all come back.
-        Call it before the actor runs. ValueError (naming the array, nothing changed) if they
-        do not fit this actor: other envs, another K, a net with another core."""
-        if not self._resumable:
-            raise ValueError(
-                f"actor {self.index}: its envs ({type(self.envs).__name__}) cannot load a saved "
-                "state (they have no save_state/load_state)"
-            )
-        _check_fit(self.index, arrays, self._read_resume_state())
-        env_state = {k.removeprefix("env/"): v for k, v in arrays.items() if k.startswith("env/")}
-        try:
-            obs = self.envs.load_state(env_state)  # type: ignore[attr-defined]
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"actor {self.index}: saved env state refused: {e}") from e
-        self.obs = arrays["obs"].copy()
-        if not np.array_equal(obs, self.obs):
-            log.warning(
-                "actor %d: the envs' restored observations differ from the saved ones", self.index
-            )
-        self.prev_done = arrays["prev_done"].copy()
-        self.ep_return = arrays["ep_return"].copy()
-        self.ep_length = arrays["ep_length"].copy()
-        if self.core is not None:
-            self.core.state[...] = arrays["core/state"]
-            self.core.starts[...] = arrays["core/starts"]
-        self._saved = self._read_saved_state()
+        """Continue the episodes that `checkpoint_state`'s arrays describe (`Carry.load`): the
+        envs, the observations, the episode returns and lengths so far and the core state all
+        come back. Call it before the actor runs; ValueError if they do not fit this actor."""
+        self.carry.load(arrays)
 
     def set_rng_state(self, numpy_state: dict | None, sampler_state: list | None) -> None:
         """Restore what `rng_state` returned (None leaves that generator as it is)."""
-        if numpy_state is not None:
-            self.rng.bit_generator.state = numpy_state
-        if sampler_state is not None and self.sampler is not None:
-            self.sampler.state = tuple(sampler_state)
-        self._saved = self._read_saved_state()
-
-    def _read_saved_state(self) -> tuple[dict, dict[str, np.ndarray] | None]:
-        sampler = list(self.sampler.state) if self.sampler is not None else None
-        rng = {"numpy": self.rng.bit_generator.state, "sampler": sampler}
-        return rng, self._read_resume_state() if self._keep_resume else None
-
-    def _read_resume_state(self) -> dict[str, np.ndarray]:
-        """New copies of everything `checkpoint_state`'s arrays hold (resumable envs only)."""
-        out = {f"env/{k}": v for k, v in self.envs.save_state().items()}  # type: ignore[attr-defined]
-        out["obs"] = np.array(self.obs)
-        out["prev_done"] = self.prev_done.copy()
-        out["ep_return"] = self.ep_return.copy()
-        out["ep_length"] = self.ep_length.copy()
-        if self.core is not None:
-            out["core/state"] = self.core.state.copy()
-            out["core/starts"] = self.core.starts.copy()
-        return out
+        self.carry.set_rng_state(numpy_state, sampler_state)
 
     # ------------------------------------------------------------------------------ unrolls
 
@@ -258,20 +199,19 @@ class Actor:
         self.seq += 1
         self.stats.rollouts += 1
         self.stats.env_steps += r.env_steps
-        self._saved = self._read_saved_state()
 
     def _unroll_fused(self, r: Rollout, episodes: EpisodeSink) -> None:
         """The whole unroll in one native call (its time counts as env stepping); the native
         loop carries the episodes as `_record` does."""
         t0 = time.perf_counter()
-        envs = cast(FusedEnvs, self.envs)  # checked when the sampler was made
+        envs, c = cast(FusedEnvs, self.envs), self.carry  # checked when the sampler was made
         with self.store.pin() as snap:
             r.version, ends = envs.fused_unroll(
-                self.net, snap, self.sampler, r, self.ep_return, self.ep_length, self.core
+                self.net, snap, self.sampler, r, c.ep_return, c.ep_length, c.core
             )
         episodes.add_many(ends)
-        self.prev_done = r.terminated[-1] | r.truncated[-1]
-        self.obs = r.obs[-1].copy()
+        c.prev_done = r.terminated[-1] | r.truncated[-1]
+        c.unroll_done(r)
         self.stats.env_s += time.perf_counter() - t0
 
     def _unroll_stepped(self, r: Rollout, episodes: EpisodeSink) -> None:
@@ -283,17 +223,13 @@ class Actor:
         assert loop is not None  # made in __init__ for every actor that does not fuse
         act = None if self.sampler is not None else self._act
         clock = time.perf_counter
-        core = self.core
         steps = r.rewards.shape[0]
         t0 = clock()
         act_s = 0.0
         with self.store.pin() as snap:
-            r.version = loop.begin(
-                snap, r, self.prev_done, self.ep_return, self.ep_length,
-                *((core.state, core.starts) if core is not None else ()),
-            )  # fmt: skip
+            r.version = self.carry.begin(loop, snap, r)
             try:
-                loop.act(0, self.obs)
+                loop.act(0, self.carry.obs)
                 if act is not None:
                     act_s += act(r, 0, self._all)
                 for t in range(1, steps):
@@ -305,7 +241,7 @@ class Actor:
                 loop.record(steps - 1, obs, reward, terminated, truncated)
             finally:
                 ends, native_s = loop.end()
-        self.obs = obs
+        self.carry.unroll_done(r, obs)
         episodes.add_many(ends)
         self.stats.inference_s += native_s + act_s
         self.stats.env_s += clock() - t0 - native_s - act_s
@@ -323,19 +259,16 @@ class Actor:
             for cols, half in zip(self.envs.cols, self.envs.halves, strict=True)
         ]
         clock = time.perf_counter
-        core = self.core
         steps = r.rewards.shape[0]
         env_s = act_s = 0.0
+        obs0 = self.carry.obs
         with self.store.pin() as snap:
-            r.version = loop.begin(
-                snap, r, self.prev_done, self.ep_return, self.ep_length,
-                *((core.state, core.starts) if core is not None else ()),
-            )  # fmt: skip
+            r.version = self.carry.begin(loop, snap, r)
             try:
                 for t in range(steps):
                     for cols, begin, end, half in halves:
                         if t == 0:
-                            loop.act(0, self.obs[cols], begin, end)
+                            loop.act(0, obs0[cols], begin, end)
                         else:
                             t0 = clock()
                             obs, reward, terminated, truncated = half.recv()
@@ -352,7 +285,7 @@ class Actor:
             finally:
                 ends, native_s = loop.end()
         episodes.add_many(ends)
-        self.obs = r.obs[-1].copy()
+        self.carry.unroll_done(r)
         self.stats.inference_s += native_s + act_s
         self.stats.env_s += env_s
 
@@ -471,22 +404,3 @@ def _can_fuse(index: int, envs: VectorEnv, net: Net) -> bool:
         log.info("actor %d: step loop (%s)", index, e)
         return False
     return True
-
-
-def _check_fit(index: int, saved: dict[str, Any], current: dict[str, np.ndarray]) -> None:
-    """ValueError unless ``saved`` holds the arrays ``current`` does, each of its dtype and
-    shape (the message names the first that does not fit)."""
-    if set(saved) != set(current):
-        raise ValueError(
-            f"actor {index}: saved state holds {sorted(saved)}, this actor needs {sorted(current)}"
-        )
-    for name, mine in current.items():
-        array = saved[name]
-        if not isinstance(array, np.ndarray) or array.dtype != mine.dtype:
-            what = getattr(array, "dtype", type(array).__name__)
-            raise ValueError(f"actor {index}: saved '{name}' is {what}, needs {mine.dtype}")
-        if array.shape != mine.shape:
-            raise ValueError(
-                f"actor {index}: saved '{name}' has shape {array.shape}, this actor's is "
-                f"{mine.shape} (same env and runtime.envs_per_actor needed)"
-            )

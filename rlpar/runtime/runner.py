@@ -61,7 +61,7 @@ from rlpar.runtime.evaluator import EvalPoint, PeriodicEvaluator, PolicyEvaluato
 from rlpar.runtime.learner import Learner, LearnerHook, LearnerStats, VersionClock
 from rlpar.runtime.reports import GilBoundCheck, Progress, RunResult, gil_shares, measure_progress
 from rlpar.runtime.stop_rules import Rule, StopVerdict, TargetCheck, stop_rules
-from rlpar.runtime.threads import RunThreads, SignalStop
+from rlpar.runtime.threads import RunThreads, SignalStop, note_thread_error, supervise
 from rlpar.snapshot import SnapshotStore
 
 if TYPE_CHECKING:
@@ -248,7 +248,16 @@ class Runner:
         with SignalStop(self.stop) as signals:
             try:
                 self._start_threads(hooks)
-                stopped_by = self._supervise(rules, signals, on_progress, progress_interval_s)
+                stopped_by = supervise(
+                    self._threads,
+                    signals,
+                    rules,
+                    lambda: self._verdict.reason,
+                    start=self._start,
+                    on_progress=(lambda s: on_progress(self.progress(s))) if on_progress else None,
+                    interval_s=progress_interval_s,
+                    every_wake=self._gil_check,
+                )
             finally:
                 self.stop.set()
                 stuck = self._threads.join(self.cfg.join_timeout_s)
@@ -297,53 +306,12 @@ class Runner:
             learner.append(PeriodicCheckpoint(self._checkpoints, interval, self._start))
         return main, learner
 
-    def _supervise(
-        self,
-        rules: list[Rule],
-        signals: SignalStop,
-        on_progress: Callable[[Progress], None] | None,
-        interval_s: float,
-    ) -> str:
-        """The main thread's loop: wait, look for a reason to stop (a thread's error, a signal,
-        the stop verdict of a rule on either thread, a stop from outside), apply the main
-        thread's stop rules, report progress. Returns ``stopped_by``."""
-        next_progress = self._start + interval_s
-        while True:
-            self.stop.wait(0.02)
-            stopping = self.stop.is_set()  # read first: a rule decides its verdict, then stops
-            if self._threads.errors:
-                return "error"
-            if signals.caught is not None:
-                return signals.caught
-            if not stopping:
-                for rule in rules:  # in order: the first to decide stops the run
-                    rule()
-                    if self.stop.is_set():
-                        break
-            if self._verdict.reason is not None:
-                return self._verdict.reason
-            if stopping:
-                return "stop"
-            now = time.perf_counter()
-            if on_progress is not None and now >= next_progress:
-                on_progress(self.progress(now - self._start))
-                next_progress = now + interval_s
-            self._gil_check()
-
     def _raise_first_error(self, learner_alive: bool) -> None:
         name, exc = self._threads.errors[0]
         # The learner's state is whole unless the learner itself failed (or is stuck).
-        saved = None
-        if name != "learner" and not learner_alive:
-            saved = self._checkpoints.save()
+        saved = self._checkpoints.save() if name != "learner" and not learner_alive else None
         self.close()
-        note = f"(raised in rlpar thread {name!r}; the run was stopped"
-        note += f", its final checkpoint is {saved})" if saved is not None else ")"
-        if saved is not None:
-            log.error("rlpar thread %r failed; the final checkpoint is %s", name, saved)
-        if hasattr(exc, "add_note"):
-            exc.add_note(note)
-        raise exc
+        raise note_thread_error(exc, name, saved)
 
     def _result(
         self, wall: float, stopped_by: str, final: Path | None, stuck: list[str]

@@ -7,11 +7,12 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-__all__ = ["RunThreads", "SignalStop"]
+__all__ = ["RunThreads", "SignalStop", "note_thread_error", "supervise"]
 
 log = logging.getLogger("rlpar")
 
@@ -95,3 +96,56 @@ class SignalStop:
     def _handle(self, signum: int, _frame: Any) -> None:
         self.caught = signal.Signals(signum).name
         self.stop.set()
+
+
+def supervise(
+    threads: RunThreads,
+    signals: SignalStop,
+    rules: Sequence[Callable[[], None]],
+    verdict: Callable[[], str | None],
+    *,
+    start: float,
+    on_progress: Callable[[float], None] | None,
+    interval_s: float,
+    every_wake: Callable[[], None],
+) -> str:
+    """The main thread's loop: wait, look for a reason to stop (a thread's error, a signal, the
+    ``verdict`` of a rule on either thread, a stop from outside), apply the main thread's stop
+    ``rules`` in order, call ``on_progress(seconds since start)`` every ``interval_s`` and
+    ``every_wake`` (the GIL-bound check) at each wake-up. Returns ``stopped_by``: "error", the
+    signal's name, the verdict's reason, or "stop"."""
+    stop = threads.stop
+    next_progress = start + interval_s
+    while True:
+        stop.wait(0.02)
+        stopping = stop.is_set()  # read first: a rule decides its verdict, then stops
+        if threads.errors:
+            return "error"
+        if signals.caught is not None:
+            return signals.caught
+        if not stopping:
+            for rule in rules:  # in order: the first to decide stops the run
+                rule()
+                if stop.is_set():
+                    break
+        if (reason := verdict()) is not None:
+            return reason
+        if stopping:
+            return "stop"
+        now = time.perf_counter()
+        if on_progress is not None and now >= next_progress:
+            on_progress(now - start)
+            next_progress = now + interval_s
+        every_wake()
+
+
+def note_thread_error(exc: BaseException, name: str, saved: Path | None) -> BaseException:
+    """``exc`` from rlpar thread ``name``, with a note saying so and naming the final
+    checkpoint ``saved`` (None: none was written), ready to be raised in the main thread."""
+    note = f"(raised in rlpar thread {name!r}; the run was stopped"
+    note += f", its final checkpoint is {saved})" if saved is not None else ")"
+    if saved is not None:
+        log.error("rlpar thread %r failed; the final checkpoint is %s", name, saved)
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    return exc
