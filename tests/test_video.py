@@ -15,6 +15,9 @@ PLUGIN = '''import gymnasium as gym
 import numpy as np
 
 
+CLOSED = []  # the render_mode of each env closed
+
+
 class Slide(gym.Env):
     """A dot slides right one cell a step; the episode ends after 5 steps. Its frame shows the
     dot's cell, so a frame says which step it is."""
@@ -39,6 +42,9 @@ class Slide(gym.Env):
         frame = np.zeros((8, 48, 3), np.uint8)
         frame[:, 8 * self.t : 8 * self.t + 8] = (255, 64, 0)
         return frame
+
+    def close(self):
+        CLOSED.append(self.render_mode)
 
 
 class Blind(Slide):
@@ -277,6 +283,67 @@ def test_a_clip_that_fails_mid_run_stops_the_run_and_says_why(tmp_path: Path) ->
     (run_dir,) = (logdir / "slide").iterdir()
     assert [p.name for p in (run_dir / "videos").glob("*.gif")] == ["0.gif"]
     assert list((run_dir / "checkpoints").glob("ckpt-*.rlpar"))  # the stop saved the run
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped_by"] == "stop" and "the flaky renderer broke" in summary["error"]
+
+
+def test_a_last_clip_that_fails_after_the_run_keeps_the_summary(tmp_path: Path) -> None:
+    """The clip of the final parameters is recorded after the run ended: when it fails, the
+    run's summary and final checkpoint are there all the same, and the error is raised."""
+    pytest.importorskip("PIL")
+    proc, logdir = train(tmp_path, "Flaky-v0", "eval.video_interval_env_steps=1000000")
+    assert proc.returncode == 1
+    assert "rlpar clips: the last clip failed: the flaky renderer broke" in proc.stderr
+    (run_dir,) = (logdir / "slide").iterdir()
+    assert [p.name for p in (run_dir / "videos").glob("*.gif")] == ["0.gif"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped_by"] == "total_env_steps"
+    assert "the last clip failed" in summary["error"]
+    assert Path(summary["checkpoint"]).is_file()
+
+
+def test_a_training_built_and_never_run_closes_its_envs(tmp_path: Path, monkeypatch) -> None:
+    """`Training.close` (or leaving its ``with`` block) closes the actors' envs and the clips'
+    rendering env of a run that never ran."""
+    pytest.importorskip("PIL")
+    import importlib
+
+    from rlpar.app.experiment import load_experiment
+    from rlpar.app.train import Training
+
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    (folder / "slide_closing.py").write_text(PLUGIN)
+    config = folder / "slide.toml"
+    config.write_text(CONFIG.format(env_id="Slide-v0").replace('"slide"]', '"slide_closing"]')
+                      .replace("slide:register", "slide_closing:register"))  # fmt: skip
+    monkeypatch.syspath_prepend(str(folder))
+    exp = load_experiment(config, ["eval.video_interval_env_steps=50"])
+    closed = importlib.import_module("slide_closing").CLOSED
+    with Training(exp, run_dir=tmp_path / "run") as training:
+        assert training.clips is not None
+        before = len(closed)  # (building may probe an env and close it)
+    # the 2 actor envs and the clips' one
+    assert sorted(closed[before:], key=str) == [None, None, "rgb_array"]
+    training.close()  # idempotent
+    assert len(closed) == before + 3
+
+
+def test_a_long_gif_encode_logs_its_progress(caplog: pytest.LogCaptureFixture) -> None:
+    pytest.importorskip("PIL")
+    from rlpar.app.frames import LONG_ENCODE_FRAMES, encode_gif
+
+    frames = expected_frames(1) * (LONG_ENCODE_FRAMES // 6 + 1)
+    with caplog.at_level("INFO", logger="rlpar"):
+        data = encode_gif(frames, 30, "long.gif")
+    said = [r.getMessage() for r in caplog.records]
+    n = len(frames)
+    assert said[0] == f"encoding long.gif: 0 of {n} frames"
+    assert said[-1] == f"encoding long.gif: {n} frames done"
+    assert 10 <= len(said) <= 12
+    decoded = gif_frames(data)
+    assert len(decoded) == n
+    np.testing.assert_array_equal(decoded[7], frames[7])
 
 
 @pytest.mark.parametrize(

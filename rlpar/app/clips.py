@@ -9,8 +9,10 @@ steps. The first clip is the policy the run starts with; `finish` records the la
 final parameters.
 
 Errors in the clip thread (an env that fails to render mid-run) stop the run as a stop from
-outside would (its final checkpoint is written) and are raised by `raise_error`, with their
-traceback, once the run has stopped.
+outside would (its final checkpoint is written) and are raised, with their traceback, once the
+run has stopped (`failure`); so is an error of the last clip, recorded after the run. The run
+directory keeps its summary.json (with an ``error`` entry) either way: the run itself ended
+whole.
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ class TrainingClips:
         self.fps = int(self.env.metadata.get("render_fps") or 30)
         self.clips: RecentLog[Clip] = RecentLog()
         self.error: BaseException | None = None
+        self._final_failed = False
+        self._closed = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # one episode at a time on the one env
@@ -95,23 +99,35 @@ class TrainingClips:
         self._thread = threading.Thread(target=self._run, name="rlpar-clips", daemon=True)
         self._thread.start()
 
-    def raise_error(self) -> None:
-        """Raise the clip thread's error, if it had one."""
-        if self.error is not None:
-            raise RuntimeError(
-                f"rlpar thread 'clips' failed: {self.error} (the run was stopped)"
-            ) from self.error
+    def failure(self) -> RuntimeError | None:
+        """What went wrong, as the error to raise once the run has ended (None: nothing): the
+        clip thread's error (it stopped the run), or the last clip's (`finish`)."""
+        if self.error is None:
+            return None
+        if self._final_failed:
+            msg = f"rlpar clips: the last clip failed: {self.error} (the run itself ended)"
+        else:
+            msg = f"rlpar thread 'clips' failed: {self.error} (the run was stopped)"
+        err = RuntimeError(msg)
+        err.__cause__ = self.error
+        return err
 
     def finish(self) -> None:
         """Stop the thread (a clip being played is dropped) and record the last clip, with the
-        final parameters, unless the last one already had them (or the thread is stuck)."""
+        final parameters, unless the last one already had them (or the thread is stuck or
+        failed). Its error, if any, is kept for `failure`."""
         if self._join() and self.error is None and self.runner.env_steps() > self._last_at:
-            self._record(self.runner.env_steps(), None)
+            try:
+                self._record(self.runner.env_steps(), None)
+            except Exception as e:
+                self.error, self._final_failed = e, True
 
     def close(self) -> None:
-        """Stop the thread and close the env (left open if the thread is stuck in it)."""
-        if self._join():
+        """Stop the thread and close the env (left open if the thread is stuck in it).
+        Idempotent."""
+        if not self._closed and self._join():
             self.env.close()
+            self._closed = True
 
     def _join(self) -> bool:
         """Stop the thread; False when it is still in the env after ``runtime.join_timeout_s``
@@ -137,7 +153,7 @@ class TrainingClips:
                     continue
                 self._record(steps, self._stop)
                 next_at = (steps // self.every + 1) * self.every
-        except BaseException as e:  # re-raised on the main thread by raise_error
+        except BaseException as e:  # re-raised on the main thread via failure()
             self.error = e
             self.runner.stop.set()
 
@@ -154,8 +170,8 @@ class TrainingClips:
             )  # fmt: skip
         if stop is not None and stop.is_set():
             return
-        gif = encode_gif(frames, self.fps)
         path = self.dir / f"{env_steps}.gif"
+        gif = encode_gif(frames, self.fps, f"videos/{path.name}")
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_bytes(gif)
         tmp.replace(path)

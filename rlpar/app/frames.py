@@ -5,6 +5,7 @@ and the clips during training (`rlpar.app.clips`) record with these."""
 from __future__ import annotations
 
 import io
+import logging
 import os
 import threading
 from typing import Any
@@ -19,7 +20,23 @@ from rlpar.runtime.env_setup import run_setup
 from rlpar.runtime.envs import ActionAdapter
 from rlpar.runtime.evaluation import policy_actions
 
-__all__ = ["encode_gif", "play_episodes", "render_env", "shrink"]
+__all__ = ["encode_gif", "encode_progress", "play_episodes", "render_env", "shrink"]
+
+log = logging.getLogger("rlpar")
+
+#: Encodes of at least this many frames log their progress (every tenth of the frames).
+LONG_ENCODE_FRAMES = 2000
+
+
+def encode_progress(name: str, done: int, total: int) -> None:
+    """Log ``done`` of ``total`` frames of ``name`` encoded, for long encodes only, every tenth
+    of the frames (``done`` counts from 0 and reaches ``total`` once at the end)."""
+    if total < LONG_ENCODE_FRAMES:
+        return
+    if done == total:
+        log.info("encoding %s: %d frames done", name, total)
+    elif done % (total // 10) == 0:
+        log.info("encoding %s: %d of %d frames", name, done, total)
 
 
 def render_env(env_cfg: EnvConfig, what: str = "--video") -> gym.Env:
@@ -79,18 +96,24 @@ def shrink(frame: np.ndarray, size: int) -> np.ndarray:
     return np.asarray(Image.fromarray(frame).resize(new, Image.Resampling.BOX))
 
 
-def encode_gif(frames: list[np.ndarray], fps: int) -> bytes:
-    """``frames`` (uint8 [H, W, 3] each, one size) as the bytes of an animated GIF that loops."""
+def encode_gif(frames: list[np.ndarray], fps: int, name: str = "gif") -> bytes:
+    """``frames`` (uint8 [H, W, 3] each, one size) as the bytes of an animated GIF that loops.
+    The frames are quantized one by one as Pillow's GIF writer would (an adaptive palette
+    each), so a long encode logs its progress (`encode_progress`, as ``name``)."""
     try:
         from PIL import Image
     except ImportError:
         raise ValueError('--video: .gif needs Pillow: pip install "rlpar[video]"') from None
-    images = [Image.fromarray(f) for f in frames]
+    images = []
+    for i, f in enumerate(frames):
+        encode_progress(name, i, len(frames))
+        images.append(Image.fromarray(f).convert("P", palette=Image.Palette.ADAPTIVE))
     buf = io.BytesIO()
     images[0].save(
         buf, format="GIF", save_all=True, append_images=images[1:],
         duration=round(1000 / fps), loop=0,
     )  # fmt: skip
+    encode_progress(name, len(frames), len(frames))
     return buf.getvalue()
 
 

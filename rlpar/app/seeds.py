@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import re
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from rlpar.app.experiment import Experiment, load_experiment
-from rlpar.app.train import make_run_dir
+from rlpar.app.train import make_run_dir, write_atomically
 from rlpar.config import ConfigError, is_ray_address
 
 __all__ = [
@@ -211,13 +210,6 @@ def _row(seed: int, summary: dict[str, Any]) -> dict[str, Any]:
         "stopped_by": summary["stopped_by"],
         "run_dir": summary["run_dir"],
     }
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it to ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _child_command(config: str, overrides: Sequence[str], seed: int, run_dir: Path) -> list[str]:

@@ -19,6 +19,7 @@ import importlib
 import itertools
 import json
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -61,6 +62,13 @@ def make_run_dir(root: Path, prefix: str = "") -> Path:
         except FileExistsError:
             continue
     raise AssertionError("unreachable")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it to ``path``."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 class Training:
@@ -160,13 +168,12 @@ class Training:
                     )
                     if clips is not None:
                         clips.finish()  # the last clip: the final parameters
-                        clips.raise_error()
+                    clip_error = clips.failure() if clips is not None else None
             finally:
                 display.close()
             monitor.finish(result)
         finally:
-            if clips is not None:
-                clips.close()
+            self.close()
             monitor.close()
         summary = {
             "name": exp.name,
@@ -176,5 +183,22 @@ class Training:
         }
         if result.checkpoint is not None:
             summary["checkpoint"] = str(Path(result.checkpoint).resolve())
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if clip_error is not None:  # the run itself ended whole: its summary says so, and why
+            summary["error"] = str(clip_error)
+        write_atomically(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        if clip_error is not None:
+            raise clip_error
         return summary
+
+    def close(self) -> None:
+        """Close the envs (the actors' and the clips' one); `run` does it when it ends, so only
+        a Training built and never run needs this. Idempotent."""
+        if self.clips is not None:
+            self.clips.close()
+        self.runner.close()
+
+    def __enter__(self) -> Training:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -12,7 +12,6 @@ refused with the key to change.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,11 +21,9 @@ from typing import Any, cast
 import numpy as np
 
 from rlpar.app.evaluate import load_policy
-from rlpar.app.frames import encode_gif, play_episodes, render_env
+from rlpar.app.frames import encode_gif, encode_progress, play_episodes, render_env
 
 __all__ = ["FORMATS", "VideoResult", "record_video", "write_frames"]
-
-log = logging.getLogger("rlpar")
 
 FORMATS = (".gif", ".mp4")
 
@@ -56,7 +53,7 @@ def write_frames(frames: list[np.ndarray], out: Path, fps: int) -> None:
     tmp = out.with_name(f".{out.stem}.tmp-{os.getpid()}{out.suffix}")
     try:
         if out.suffix.lower() == ".gif":
-            tmp.write_bytes(encode_gif(frames, fps))
+            tmp.write_bytes(encode_gif(frames, fps, out.name))
         else:
             try:
                 import imageio.v2 as imageio
@@ -67,9 +64,9 @@ def write_frames(frames: list[np.ndarray], out: Path, fps: int) -> None:
             # The ffmpeg plugin's writer (imageio types get_writer as its base class).
             with cast(Any, imageio.get_writer(tmp, fps=fps, macro_block_size=1)) as writer:
                 for i, f in enumerate(frames):
+                    encode_progress(out.name, i, len(frames))
                     writer.append_data(f)
-                    if len(frames) >= 2000 and i % (len(frames) // 10) == 0:
-                        log.info("encoding %s: %d of %d frames", out.name, i, len(frames))
+                encode_progress(out.name, len(frames), len(frames))
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
