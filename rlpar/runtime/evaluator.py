@@ -146,3 +146,26 @@ class PeriodicEvaluator:
             self.points.append(EvalPoint(steps, version, results))
             index += 1
             next_at = (steps // self.every + 1) * self.every
+
+
+def build_evaluators(
+    agent: Agent,
+    net: Net,
+    env: EnvConfig,
+    cfg: EvalConfig | None,
+    *,
+    seed: int,
+    generation: int,
+    store: SnapshotStore,
+    env_steps: Callable[[], int],
+    points: RecentLog[EvalPoint],
+) -> tuple[PolicyEvaluator | None, PeriodicEvaluator | None]:
+    """A run's evaluators for ``cfg``: the `PolicyEvaluator` (target checks, the final
+    evaluation; None without ``cfg``) and, when ``cfg.interval_env_steps`` is set, the
+    evaluator thread's `PeriodicEvaluator` over ``store``, appending to ``points``."""
+    if cfg is None:
+        return None, None
+    evaluator = PolicyEvaluator(agent, net, env, cfg, seed, generation)
+    if cfg.interval_env_steps is None:
+        return evaluator, None
+    return evaluator, PeriodicEvaluator(evaluator, store, env_steps, points)

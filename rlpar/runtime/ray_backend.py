@@ -49,7 +49,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -202,9 +202,10 @@ class RayActors:
         threads = self.cfg.ray_actor_threads
         return [self.actors[p * threads].pid for p in range(self.num_processes)]
 
-    def close(self) -> None:
+    def close(self, stuck: Collection[int] = ()) -> None:
         """Kill the actor processes and disconnect (idempotent). Call after the actor threads
-        (`RemoteActor.run`) have stopped."""
+        (`RemoteActor.run`) have stopped. ``stuck``: as `LocalActors.close` takes it; a stuck
+        thread waits on a process that is killed all the same."""
         if self._closed:
             return
         self._closed = True

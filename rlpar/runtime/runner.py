@@ -57,7 +57,7 @@ from rlpar.runtime.checkpointing import (
 )
 from rlpar.runtime.common import ActorHandle, RecentLog
 from rlpar.runtime.counters import RunCounters
-from rlpar.runtime.evaluator import EvalPoint, PeriodicEvaluator, PolicyEvaluator
+from rlpar.runtime.evaluator import EvalPoint, build_evaluators
 from rlpar.runtime.learner import Learner, LearnerHook, LearnerStats, VersionClock
 from rlpar.runtime.reports import GilBoundCheck, Progress, RunResult, gil_shares, measure_progress
 from rlpar.runtime.stop_rules import Rule, StopVerdict, TargetCheck, stop_rules
@@ -111,9 +111,9 @@ class Runner:
         self.keep_checkpoints = keep_checkpoints
         self.stop = threading.Event()
         self._threads = RunThreads(self.stop)
-        self._local: LocalActors | None = None  # the actors' envs, in this process
+        self.backend: LocalActors | RayActors | None = None  # the actors' envs or processes
+        self.ray: RayActors | None = None  # the backend when it is "ray"
         self.actors: list[ActorHandle] = []
-        self.ray: RayActors | None = None  # or backend "ray": its actor processes
         self.resumed_from, resumed = open_resume(resume)
         self._generation = int(resumed.counters.get("generation", 0)) + 1 if resumed else 0
         try:
@@ -131,35 +131,18 @@ class Runner:
         -> snapshot store with the first version -> actors."""
         cfg = self.cfg
         self.agent.check_runtime(cfg)
-        backend = self._start_backend()
+        backend = self.backend = _start_backend(self.env_cfg, cfg)
+        self.ray = None if isinstance(backend, LocalActors) else backend
         self.net = Net(self.agent.net_spec(*backend.spaces))
-        params = self.net.init_params(seed=cfg.seed)
-        self.state: LearnerState = self.agent.init_state(self.net, params)
-        self.state.rng = learner_rng(cfg.seed)
-        if resumed is not None and self.resumed_from is not None:
-            restore_learner(self.state, self.net, resumed, self.resumed_from)
-        # Each actor (and the evaluator) pins at most one snapshot at a time; +2 so no publish is
-        # ever skipped, +1 for the monitor's histograms.
+        self.state = _learner_state(self.agent, self.net, cfg.seed, resumed, self.resumed_from)
         periodic = self.eval_cfg is not None and self.eval_cfg.interval_env_steps is not None
-        pins = cfg.num_actors + (1 if periodic else 0)
-        self.store = SnapshotStore(self.net.num_params, num_slots=min(255, pins + 3))
-        self.store.publish(self.state.params, version=self.state.steps + 1)
+        self.store = _first_store(self.state, cfg.num_actors + (1 if periodic else 0))
         keep = self.checkpoint_dir is not None  # the actors' episodes go into checkpoints
         self.actors.extend(
             backend.start(
                 self.agent, self.net, self.store, self._generation, keep_resume_state=keep
             )
         )
-
-    def _start_backend(self) -> LocalActors | RayActors:
-        """The actors' envs: in this process, or in Ray actor processes (backend "ray")."""
-        if self.cfg.backend != "ray":
-            self._local = LocalActors(self.env_cfg, self.cfg)
-            return self._local
-        from rlpar.runtime.ray_backend import RayActors  # Ray is an optional dependency
-
-        self.ray = RayActors(self.env_cfg, self.cfg)
-        return self.ray
 
     def _build_pieces(self, resumed_counters: dict[str, Any]) -> None:
         """The counters, the queue and the learner, and the pieces that read them: the stop
@@ -183,18 +166,17 @@ class Runner:
             config=self.config,
             generation=self._generation,
         )
-        # With an EvalConfig: the evaluations (target checks, final), and with
-        # interval_env_steps the evaluator thread's body.
-        self._evaluator: PolicyEvaluator | None = None
-        self._periodic: PeriodicEvaluator | None = None
-        if self.eval_cfg is not None:
-            self._evaluator = PolicyEvaluator(
-                self.agent, self.net, self.env_cfg, self.eval_cfg, cfg.seed, self._generation
-            )
-            if self.eval_cfg.interval_env_steps is not None:
-                self._periodic = PeriodicEvaluator(
-                    self._evaluator, self.store, self.counters.env_steps, self.evaluations
-                )
+        self._evaluator, self._periodic = build_evaluators(
+            self.agent,
+            self.net,
+            self.env_cfg,
+            self.eval_cfg,
+            seed=cfg.seed,
+            generation=self._generation,
+            store=self.store,
+            env_steps=self.counters.env_steps,
+            points=self.evaluations,
+        )
         self._gil_check = GilBoundCheck(self.env_cfg, self.actors)
 
     @property
@@ -279,17 +261,10 @@ class Runner:
         return result
 
     def _rules_and_hooks(self) -> tuple[list[Rule], list[LearnerHook]]:
-        """(the main thread's stop rules, the learner's hooks), each in the order it runs them.
-        After every step the learner runs:
-
-        1. its stop rules (`stop_rules`; deterministic mode: the target return, then the step
-           budget), which judge the step just taken (a run whose last budgeted step meets the
-           target stops by ``target_return``), and then the target check
-           (`EvalConfig.check_target`): a check that this step's window asked for evaluates
-           this step's parameters, so deterministic runs reproduce;
-        2. the interval checkpoint, last: once a rule or a passing check has stopped the run
-           it is skipped, and the final checkpoint (of the same parameters) follows the joins.
-        """
+        """(the main thread's stop rules, the learner's hooks), each in the order it runs them:
+        after every step the learner runs its stop rules and the target check (`stop_rules`),
+        then the interval checkpoint, which is skipped once the run is stopping (the final
+        checkpoint, of the same parameters, follows the joins)."""
         cfg = self.cfg
         main, learner = stop_rules(
             cfg,
@@ -316,12 +291,9 @@ class Runner:
     def _result(
         self, wall: float, stopped_by: str, final: Path | None, stuck: list[str]
     ) -> RunResult:
-        recent = self.episodes.recent(self.cfg.return_window)
-        mean_return = float(np.mean([e[0] for e in recent])) if recent else None
-        time_to_target = None
-        if stopped_by == "target_return":
-            mean_return = self._verdict.window_mean  # the window that met the target
-            time_to_target = self._verdict.at - self._start
+        mean_return, time_to_target = self._verdict.outcome(
+            stopped_by, self.episodes, self.cfg.return_window, self._start
+        )
         return RunResult(
             mean_return=mean_return,
             env_steps=self.env_steps(),
@@ -338,11 +310,9 @@ class Runner:
 
     def close(self) -> None:
         """Close the envs (idempotent); envs of a stuck actor are left alone."""
-        if self._local is not None:
+        if self.backend is not None:
             alive = self._threads.alive()
-            self._local.close({a.index for a in self.actors if _thread_name(a) in alive})
-        if self.ray is not None:
-            self.ray.close()
+            self.backend.close({a.index for a in self.actors if _thread_name(a) in alive})
 
     # ----------------------------------------------------------------------------- threads
 
@@ -385,6 +355,36 @@ def _check_evaluation(evaluation: Any) -> None:
             f"Runner evaluation must be an rlpar.EvalConfig or None, "
             f"got {type(evaluation).__name__}"
         )
+
+
+def _start_backend(env: EnvConfig, cfg: RuntimeConfig) -> LocalActors | RayActors:
+    """The actors' envs: in this process, or in Ray actor processes (backend "ray")."""
+    if cfg.backend != "ray":
+        return LocalActors(env, cfg)
+    from rlpar.runtime.ray_backend import RayActors  # Ray is an optional dependency
+
+    return RayActors(env, cfg)
+
+
+def _learner_state(
+    agent: Agent, net: Net, seed: int, resumed: Checkpoint | None, resumed_from: Path | None
+) -> LearnerState:
+    """The learner's state: fresh parameters and optimizer from ``seed``, or on resume those of
+    ``resumed`` (the checkpoint file ``resumed_from``)."""
+    state = agent.init_state(net, net.init_params(seed=seed))
+    state.rng = learner_rng(seed)
+    if resumed is not None and resumed_from is not None:
+        restore_learner(state, net, resumed, resumed_from)
+    return state
+
+
+def _first_store(state: LearnerState, pins: int) -> SnapshotStore:
+    """The run's snapshot store, holding ``state``'s parameters as the first version. ``pins``:
+    the readers that pin a snapshot, at most one each at a time (each actor, the evaluator);
+    +2 slots so no publish is ever skipped, +1 for the monitor's histograms."""
+    store = SnapshotStore(len(state.params), num_slots=min(255, pins + 3))
+    store.publish(state.params, version=state.steps + 1)
+    return store
 
 
 def _bind(fn: Callable[..., None], *args: Any) -> Callable[[], None]:

@@ -85,6 +85,17 @@ class StopVerdict:
                 self.reason = reason  # last: whoever sees a reason sees the rest
         self.stop.set()
 
+    def outcome(
+        self, stopped_by: str, episodes: EpisodeLog, window: int, start: float
+    ) -> tuple[float | None, float | None]:
+        """(the mean return a run reports, its time to target in seconds since ``start``):
+        stopped by ``target_return``, the window that met the target and when; otherwise the
+        mean of the last ``window`` episodes (None before the first) and None."""
+        if stopped_by == "target_return":
+            return self.window_mean, self.at - start
+        recent = episodes.recent(window)
+        return (float(np.mean([e[0] for e in recent])) if recent else None), None
+
 
 class ReturnWindow:
     """The mean return of the last ``size`` episodes of ``episodes``, against ``target``."""
