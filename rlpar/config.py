@@ -300,51 +300,38 @@ class RuntimeConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        for key in ("num_actors", "envs_per_actor", "unroll_length", "batch_rollouts"):
+        at_least_one = ("num_actors", "envs_per_actor", "unroll_length", "batch_rollouts")
+        for key in (*at_least_one, "buffers_per_actor", "total_env_steps", "return_window"):
             value = getattr(self, key)
             _check(value >= 1, key, "an integer >= 1", value)
-        _check(
-            self.buffers_per_actor >= 1,
-            "buffers_per_actor",
-            "an integer >= 1",
-            self.buffers_per_actor,
-        )
-        _check(
-            self.max_policy_lag is None or self.max_policy_lag >= 0,
-            "max_policy_lag",
-            "None or an integer >= 0",
-            self.max_policy_lag,
-        )
+        lag = self.max_policy_lag
+        _check(lag is None or lag >= 0, "max_policy_lag", "None or an integer >= 0", lag)
         _check(self.seed >= 0, "seed", "an integer >= 0", self.seed)
-        _check(
-            self.total_env_steps >= 1, "total_env_steps", "an integer >= 1", self.total_env_steps
-        )
-        _check(self.return_window >= 1, "return_window", "an integer >= 1", self.return_window)
-        _check(
-            self.max_wall_s is None or self.max_wall_s > 0,
-            "max_wall_s",
-            "None or a number > 0",
-            self.max_wall_s,
-        )
+        for key in ("max_wall_s", "checkpoint_interval_s"):
+            value = getattr(self, key)
+            _check(value is None or value > 0, key, "None or a number > 0", value)
         _check(self.join_timeout_s > 0, "join_timeout_s", "a number > 0", self.join_timeout_s)
-        _check(
-            self.checkpoint_interval_s is None or self.checkpoint_interval_s > 0,
-            "checkpoint_interval_s",
-            "None or a number > 0",
-            self.checkpoint_interval_s,
-        )
-        _check(
-            1 <= self.learner_threads <= 256,
-            "learner_threads",
-            "an integer from 1 to 256",
-            self.learner_threads,
-        )
-        _check(
-            self.learner_split in LEARNER_SPLITS,
-            "learner_split",
-            '"auto", "rows" or "shards"',
-            self.learner_split,
-        )
+        threads = self.learner_threads
+        _check(1 <= threads <= 256, "learner_threads", "an integer from 1 to 256", threads)
+        split = self.learner_split
+        _check(split in LEARNER_SPLITS, "learner_split", '"auto", "rows" or "shards"', split)
+        self._check_backend()
+        if self.deterministic:
+            _check(
+                self.batch_rollouts % self.num_actors == 0,
+                "batch_rollouts",
+                f"a multiple of num_actors ({self.num_actors}) in deterministic mode",
+                self.batch_rollouts,
+            )
+            _check(
+                self.buffers_per_actor >= self.batch_rollouts // self.num_actors,
+                "buffers_per_actor",
+                "at least batch_rollouts / num_actors in deterministic mode",
+                self.buffers_per_actor,
+            )
+
+    def _check_backend(self) -> None:
+        """backend, ray_address and ray_actor_threads, and deterministic mode's backend."""
         _check(self.backend in ("threads", "ray"), "backend", '"threads" or "ray"', self.backend)
         _check(
             self.ray_address is None or is_ray_address(self.ray_address),
@@ -364,19 +351,6 @@ class RuntimeConfig:
             'false with backend "ray" (the fixed schedule needs backend "threads")',
             self.deterministic,
         )
-        if self.deterministic:
-            _check(
-                self.batch_rollouts % self.num_actors == 0,
-                "batch_rollouts",
-                f"a multiple of num_actors ({self.num_actors}) in deterministic mode",
-                self.batch_rollouts,
-            )
-            _check(
-                self.buffers_per_actor >= self.batch_rollouts // self.num_actors,
-                "buffers_per_actor",
-                "at least batch_rollouts / num_actors in deterministic mode",
-                self.buffers_per_actor,
-            )
 
     @property
     def env_steps_per_rollout(self) -> int:

@@ -267,6 +267,18 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
     p.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        help="make the run directory exactly DIR (it must not exist) instead of "
+        "<logdir>/<name>/<timestamp>/",
+    )
+    _add_seeds_options(p.add_argument_group("several seeds"))
+    p.set_defaults(run=_run_train)
+
+
+def _add_seeds_options(p: argparse._ArgumentGroup) -> None:
+    """rlpar train's --seeds and the options that go with it."""
+    p.add_argument(
         "--seeds",
         metavar="SEEDS",
         help="train once per seed (runtime.seed), e.g. 0-4 or 0,3,7: each seed's run directory "
@@ -296,13 +308,6 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         metavar="C",
         help="with --ray: the CPUs each seed's task asks Ray for (default 1)",
     )
-    p.add_argument(
-        "--run-dir",
-        metavar="DIR",
-        help="make the run directory exactly DIR (it must not exist) instead of "
-        "<logdir>/<name>/<timestamp>/",
-    )
-    p.set_defaults(run=_run_train)
 
 
 def _set_option(p: argparse.ArgumentParser) -> None:

@@ -30,7 +30,7 @@ from rlpar.app.clips import TrainingClips
 from rlpar.app.experiment import Experiment, to_toml
 from rlpar.app.monitor import TensorBoardMonitor
 from rlpar.app.progress import make_display
-from rlpar.runtime import Progress, Runner
+from rlpar.runtime import Progress, Runner, RunResult
 
 __all__ = ["Training", "load_env_plugins", "make_run_dir"]
 
@@ -138,15 +138,7 @@ class Training:
         display = make_display(
             exp.runtime.total_env_steps, quiet, exp.log.log_interval_s, stream, runner.env_steps()
         )
-        monitor = TensorBoardMonitor(
-            self.run_dir,
-            runner,
-            self.config,
-            max(1, exp.runtime.total_env_steps // exp.log.scalar_points),
-            exp.log.scalar_interval_s,
-            exp.log.histogram_interval,
-            clips=self.clips,
-        )
+        monitor = self._monitor()
         clips = self.clips
 
         def update(p: Progress) -> None:
@@ -175,19 +167,39 @@ class Training:
         finally:
             self.close()
             monitor.close()
+        summary = self._summary(result, clip_error)
+        write_atomically(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        if clip_error is not None:
+            raise clip_error
+        return summary
+
+    def _monitor(self) -> TensorBoardMonitor:
+        """The run's TensorBoard writer, as the experiment's [log] table asks."""
+        exp = self.experiment
+        return TensorBoardMonitor(
+            self.run_dir,
+            self.runner,
+            self.config,
+            max(1, exp.runtime.total_env_steps // exp.log.scalar_points),
+            exp.log.scalar_interval_s,
+            exp.log.histogram_interval,
+            clips=self.clips,
+        )
+
+    def _summary(self, result: RunResult, clip_error: RuntimeError | None) -> dict[str, Any]:
+        """``summary.json``: the run's name, its `RunResult`, the target and where it all is;
+        with ``clip_error`` (the run itself ended whole), an ``error`` entry that says why the
+        command fails."""
         summary = {
-            "name": exp.name,
+            "name": self.experiment.name,
             **result.to_dict(),
-            "target_return": exp.runtime.target_return,
+            "target_return": self.experiment.runtime.target_return,
             "run_dir": str(self.run_dir.resolve()),
         }
         if result.checkpoint is not None:
             summary["checkpoint"] = str(Path(result.checkpoint).resolve())
-        if clip_error is not None:  # the run itself ended whole: its summary says so, and why
-            summary["error"] = str(clip_error)
-        write_atomically(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         if clip_error is not None:
-            raise clip_error
+            summary["error"] = str(clip_error)
         return summary
 
     def close(self) -> None:
