@@ -258,6 +258,23 @@ def test_resume_continues_every_counter(tmp_path) -> None:
     assert r2.episodes > r1.episodes
 
 
+def test_a_resumed_run_learns_at_its_own_configs_learning_rate(tmp_path) -> None:
+    # The checkpoint holds the optimizer's moments and step count; the learning rate is the
+    # config's (`--set agent.optim.lr=...` on resume, a PBT sweep's new value), not the old one.
+    env = EnvConfig("rlpar-test/Counter-v0")
+    first = Runner(
+        TinyAgent(lr=1e-3), env, small_runtime(total_env_steps=1500), checkpoint_dir=tmp_path
+    )
+    first.run()
+    ckpt_path = latest_checkpoint(tmp_path)
+    assert load_checkpoint(ckpt_path).optimizer["lr"] == pytest.approx(1e-3)
+    second = Runner(TinyAgent(lr=4e-3), env, small_runtime(total_env_steps=3000), resume=ckpt_path)
+    assert second.state.optimizer.lr == pytest.approx(4e-3)
+    assert second.state.optimizer.steps == first.state.optimizer.steps  # the rest is restored
+    second.run()
+    assert second.state.optimizer.lr == pytest.approx(4e-3)
+
+
 def test_resume_from_another_architecture_fails_clearly(tmp_path) -> None:
     env = EnvConfig("rlpar-test/Counter-v0")
     Runner(

@@ -56,10 +56,15 @@ def open_resume(resume: str | Path | None) -> tuple[Path | None, Checkpoint | No
 
 def restore_learner(state: LearnerState, net: Net, ckpt: Checkpoint, path: Path) -> None:
     """Put the checkpoint's parameters, optimizer state, learner steps and agent extras into
-    ``state`` (`CheckpointError` first if it was written for another net)."""
+    ``state`` (`CheckpointError` first if it was written for another net). The learning rate
+    stays the one ``state``'s optimizer was made with: a resumed run's agent comes from its
+    config (``--set agent.optim.lr=...`` on resume, or a population-based sweep's new value,
+    takes effect), and a schedule sets it again from the agent's extras."""
     check_signature(ckpt, net_signature(net), path)
     state.params[...] = ckpt.params
+    lr = state.optimizer.lr
     state.optimizer.load_state_dict(ckpt.optimizer)
+    state.optimizer.lr = lr
     state.steps = int(ckpt.counters["learner_steps"])
     state.extra = dict(ckpt.extra.get("agent", {}))
     if "learner" in ckpt.rng_states:  # checkpoints before LearnerState.rng have none
