@@ -16,6 +16,7 @@ import pytest
 
 from rlpar.app.experiment import load_experiment
 from rlpar.app.sweep import METRIC, load_space, ranked
+from rlpar.checkpoint import latest_checkpoint
 from rlpar.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,8 +82,22 @@ unroll_length = { randint = [8, 17] }
          "[sweep] 'samples' is not a sweep setting"),
         ('[sweep]\nnum_samples = 0\n[space]\n"agent.passes" = { grid = [1] }',
          "num_samples: expected an integer >= 1, got 0"),
-        ('[sweep]\nscheduler = "pbt"\n[space]\n"agent.passes" = { grid = [1] }',
-         'scheduler: expected "asha" or "fifo", got \'pbt\''),
+        ('[sweep]\nscheduler = "pb2"\n[space]\n"agent.passes" = { grid = [1] }',
+         'scheduler: expected "asha", "fifo" or "pbt", got \'pb2\''),
+        ('[sweep]\nscheduler = "pbt"\n[space]\n"agent.passes" = { grid = [1, 2] }',
+         "expected [sweep] perturbation_env_steps, an integer below runtime.total_env_steps"),
+        ('[sweep]\nscheduler = "pbt"\nperturbation_env_steps = 1_000_000_000\n'
+         '[space]\n"agent.passes" = { grid = [1, 2] }', "got 1000000000"),
+        ('[sweep]\nscheduler = "pbt"\nperturbation_env_steps = 1000\n'
+         '[space]\n"agent.passes" = { grid = [1] }', "needs a population: expected at least 2"),
+        ('[sweep]\nscheduler = "pbt"\nperturbation_env_steps = 1000\nmax_concurrent = 1\n'
+         '[space]\n"agent.passes" = { grid = [1, 2] }', "expected no [sweep] max_concurrent"),
+        ('[sweep]\nquantile_fraction = 0.75\n[space]\n"agent.passes" = { grid = [1] }',
+         "quantile_fraction: expected a number > 0.0 and <= 0.5, got 0.75"),
+        ('[sweep]\nresample_probability = -1\n[space]\n"agent.passes" = { grid = [1] }',
+         "resample_probability: expected a number >= 0.0 and <= 1.0, got -1"),
+        ('[sweep]\nsynch = 1\n[space]\n"agent.passes" = { grid = [1] }',
+         "synch: expected true or false, got 1"),
         ('[space]\n"agent.passes" = { grid = [1, 2] }', "expected eval.interval_env_steps"),
         ("[space\n", "not valid TOML"),
     ],
@@ -92,6 +107,16 @@ def test_a_bad_space_is_a_config_error_naming_the_key(tmp_path: Path, text: str,
         load_space(space(tmp_path, text), CONFIG, ["eval.interval_env_steps=none"])
     assert said in str(e.value)
     assert str(e.value).startswith(f"--space {tmp_path / 'space.toml'}")
+
+
+def test_a_pbt_space_needs_a_final_evaluation_to_score_its_segments(tmp_path: Path) -> None:
+    text = '[sweep]\nscheduler = "pbt"\nperturbation_env_steps = 1000\n'
+    text += '[space]\n"agent.passes" = { grid = [1, 2] }'
+    with pytest.raises(ConfigError, match=r"expected eval\.episodes >= 1 in the config"):
+        load_space(space(tmp_path, text), CONFIG, ["eval.episodes=0", "eval.check_target=false"])
+    spec = load_space(space(tmp_path, text), CONFIG, ["eval.episodes=10"])
+    assert (spec.scheduler, spec.perturbation_env_steps, spec.synch) == ("pbt", 1000, True)
+    assert (spec.quantile_fraction, spec.resample_probability) == (0.25, 0.25)
 
 
 def test_a_missing_space_file_is_named(tmp_path: Path) -> None:
@@ -122,6 +147,30 @@ def _group_alive(pgid: int) -> list[int]:
     return alive
 
 
+def _sweep(tmp_path: Path, space_path: Path, timeout: float = 240) -> tuple[list, str]:
+    """``rlpar sweep CONFIG --space ... --json`` on SMALL in a session of its own: (the ranked
+    rows, stderr); its process group is killed after, so no Ray process outlives the test."""
+    cmd = [sys.executable, "-m", "rlpar", "sweep", str(CONFIG), "--space", str(space_path),
+           "--json", "--logdir", str(tmp_path / "runs"), "--num-cpus", "2"]  # fmt: skip
+    for o in SMALL:
+        cmd += ["--set", o]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == 0, err[-3000:]
+    assert not _group_alive(proc.pid)
+    (line,) = out.strip().splitlines()  # stdout holds the JSON alone (Tune's tables: stderr)
+    return json.loads(line), err
+
+
 def test_a_two_trial_sweep_ranks_stops_the_trailing_trial_and_writes_the_best(
     tmp_path: Path,
 ) -> None:
@@ -131,25 +180,8 @@ def test_a_two_trial_sweep_ranks_stops_the_trailing_trial_and_writes_the_best(
         "[sweep]\nmax_concurrent = 1\ngrace_env_steps = 4000\n"
         '[space]\n"agent.optim.lr" = { grid = [0.003, 1e-7] }\n',
     )
-    cmd = [sys.executable, "-m", "rlpar", "sweep", str(CONFIG), "--space", str(path), "--json",
-           "--logdir", str(tmp_path / "runs"), "--num-cpus", "2"]  # fmt: skip
-    for o in SMALL:
-        cmd += ["--set", o]
-    proc = subprocess.Popen(
-        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=240)
-    finally:  # the sweep's Ray processes are in its process group: none outlives the test
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    assert proc.returncode == 0, err[-3000:]
+    rows, err = _sweep(tmp_path, path)
     assert "will be ignored" not in err  # Tune drops max_concurrent_trials beside a generator
-    (line,) = out.strip().splitlines()  # stdout holds the JSON alone (Tune's tables: stderr)
-    rows = json.loads(line)
     assert sorted(r["config"]["agent.optim.lr"] for r in rows) == [1e-7, 0.003]
     best, other = rows
     assert best["status"] == "finished" and best["env_steps"] >= 20000
@@ -173,7 +205,55 @@ def test_a_two_trial_sweep_ranks_stops_the_trailing_trial_and_writes_the_best(
     assert exp.agent.optim.lr == best["config"]["agent.optim.lr"]
     assert exp.runtime.total_env_steps == 20000
     assert not list(root.glob(".*tmp*"))
-    assert not _group_alive(proc.pid)
+
+
+def test_pbt_continues_the_trailing_trial_from_the_leaders_exact_checkpoint(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("ray.tune")
+    path = space(
+        tmp_path,
+        '[sweep]\nscheduler = "pbt"\nperturbation_env_steps = 10000\nquantile_fraction = 0.5\n'
+        "resample_probability = 0.0\ncpus_per_trial = 2\n"  # one trial at a time on 2 CPUs
+        '[space]\n"agent.optim.lr" = { grid = [0.003, 1e-7] }\n',
+    )
+    rows, _ = _sweep(tmp_path, path)
+    assert [r["status"] for r in rows] == ["finished", "finished"]
+    assert all(r["env_steps"] >= 20000 for r in rows)
+    last_ran_in = {r["schedule"][-1]["trial"] for r in rows}  # each trial ran its own end
+    (low,) = [r for r in rows if r["trial_id"] != r["schedule"][0]["trial"]]
+    (high,) = [r for r in rows if r is not low]
+    # The leader ran both segments itself, at its own rate.
+    assert [s["trial"] for s in high["schedule"]] == [high["trial_id"]] * 2
+    assert [s["config"]["agent.optim.lr"] for s in high["schedule"]] == [0.003, 0.003]
+    assert [s["continued_from"] for s in high["schedule"]] == [None, None]
+    # The trailing trial (lr 1e-7) was exploited at 10k env steps: its parameters are the
+    # leader's segment 1 and its own segment 2, run with the leader's rate or its neighbour.
+    first, second = low["schedule"]
+    assert first == high["schedule"][0]
+    assert second["trial"] == low["trial_id"]
+    assert second["continued_from"] == {"trial": high["trial_id"], "env_steps": first["env_steps"]}
+    assert second["config"]["agent.optim.lr"] in (0.003, 1e-7)
+    assert low["config"] == second["config"] and low[METRIC] == second[METRIC]
+    assert last_ran_in == {r["trial_id"] for r in rows}
+    root = Path(low["run_dir"]).parents[1]
+    own_first = load_experiment(root / f"trial-{low['trial_id']}" / "segment-1" / "config.toml")
+    assert own_first.agent.optim.lr == 1e-7  # what it ran before it was exploited
+    # Its segment 2 resumed from a byte copy of the leader's final checkpoint of segment 1.
+    resumed = root / f"trial-{low['trial_id']}" / f"resume-{high['trial_id']}-1.ckpt"
+    leader_ckpt = latest_checkpoint(Path(first["run_dir"]) / "checkpoints")
+    assert resumed.read_bytes() == leader_ckpt.read_bytes()
+    assert f"# resumed from {resumed}" in (Path(second["run_dir"]) / "config.toml").read_text()
+    summary = json.loads((Path(second["run_dir"]) / "summary.json").read_text())
+    assert summary["evaluation"][0]["mean_return"] == second[METRIC]
+    sweep_dir = root.parent if root.name == "tune" else root
+    results = json.loads((sweep_dir / "results.json").read_text())
+    assert results["trials"] == rows
+    table = (sweep_dir / "results.md").read_text()
+    assert "## Schedules" in table
+    assert f"trial {high['trial_id']} at {first['env_steps']:,}" in table
+    best = load_experiment(sweep_dir / "best.toml")
+    assert best.agent.optim.lr == rows[0]["config"]["agent.optim.lr"]
 
 
 def test_the_committed_minatar_space_fits_the_suite_config() -> None:

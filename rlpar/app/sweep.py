@@ -4,12 +4,19 @@ The space file names config keys (as ``--set`` does) and how to draw each::
 
     [sweep]
     num_samples = 4          # draws of the random dimensions (each grid point gets them all)
-    max_concurrent = 2       # trials at a time (default: the CPUs Ray sees / cpus_per_trial)
+    max_concurrent = 2       # trials at a time (default: the CPUs Ray sees / cpus_per_trial;
+                             # PBT: not set, the CPUs bound it)
     cpus_per_trial = 1
     seed = 0                 # Tune's draws: the same space and seed give the same trials
     scheduler = "asha"       # or "fifo": every trial runs its whole budget
     grace_env_steps = 200000 # ASHA: no trial stops before this many env steps
     reduction_factor = 2     # ASHA: the best 1/reduction_factor of a rung goes on
+
+    # scheduler = "pbt": population-based training (below)
+    # perturbation_env_steps = 500000  # PBT: exploit and explore every this many env steps
+    # quantile_fraction = 0.25         # PBT: the bottom quarter copies the top quarter
+    # resample_probability = 0.25      # PBT: a value is drawn anew instead of perturbed
+    # synch = true                     # PBT: the population perturbs at the same env steps
 
     [space]
     "agent.optim.lr" = { loguniform = [1e-4, 3e-3] }
@@ -23,6 +30,19 @@ run directory of its own (``trial-<Tune's trial id>/``, what ``rlpar train`` mak
 It reports the evaluated return (the first policy of ``[eval]``) of every periodic evaluation
 (``eval.interval_env_steps``) and of the final one, with the env steps so far; ASHA stops a
 trial at a rung (in env steps) when its return is below the rung's best 1/reduction_factor.
+
+With ``scheduler = "pbt"`` the trials are a population (the space's grid points and draws,
+``num_samples`` each) trained in segments of ``perturbation_env_steps``: each segment is an
+rlpar run resumed from the previous segment's final checkpoint, and its final evaluation
+(``[eval] episodes``, the same parameters as the checkpoint) is the score. At each segment
+end a trial in the bottom ``quantile_fraction`` continues from the exact checkpoint of one in
+the top (parameters, optimizer moments, counters and RNG states), with that trial's values
+explored: a range's value times 0.8 or 1.2, kept inside the range, a listed value moved to a
+neighbour, or, with ``resample_probability``, drawn anew. The learning rate of the resumed run
+is the new config's. Keys that change the net cannot be mutated (its checkpoint would not fit).
+Each trial's schedule (the values and return of each segment, and whose checkpoint it
+continued from) goes into ``results.json`` and ``results.md``; ``best.toml`` holds the best
+trial's last values.
 
 The sweep directory ``<log.logdir>/<name>/sweep-<timestamp>/`` gets ``results.json`` and
 ``results.md`` (the trials ranked by their last evaluated return, finished trials first, with
@@ -38,11 +58,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import logging
 import math
+import random
+import shutil
 import sys
+import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,7 +94,13 @@ _SWEEP_KEYS = {
     "scheduler": (str, None),
     "grace_env_steps": (int, 1),
     "reduction_factor": (float, 1.0001),
+    "perturbation_env_steps": (int, 1),
+    "quantile_fraction": (float, 0.0),
+    "resample_probability": (float, 0.0),
+    "synch": (bool, None),
 }
+SCHEDULERS = ("asha", "fifo", "pbt")
+_MAXIMA = {"quantile_fraction": 0.5, "resample_probability": 1.0}
 METRIC = "eval_return"
 """What each trial reports and what ranks them: the evaluated mean return."""
 
@@ -113,6 +144,10 @@ class SweepSpec:
     scheduler: str = "asha"
     grace_env_steps: int | None = None
     reduction_factor: float = 2.0
+    perturbation_env_steps: int | None = None
+    quantile_fraction: float = 0.25
+    resample_probability: float = 0.25
+    synch: bool = True
 
     @property
     def grid_size(self) -> int:
@@ -191,21 +226,34 @@ def load_space(path: str | Path, config: str | Path, overrides: list[str] = []) 
                 f"{where}: [sweep] {key!r} is not a sweep setting; expected one of "
                 f"{', '.join(_SWEEP_KEYS)}"
             )
-        tp, minimum = _SWEEP_KEYS[key]
-        if key == "scheduler":
-            if value not in ("asha", "fifo"):
-                raise ConfigError(
-                    f'{where}: [sweep] scheduler: expected "asha" or "fifo", got {value!r}'
-                )
-        elif not _number(value) or (tp is int and not isinstance(value, int)) or value < minimum:
-            kind = "an integer" if tp is int else "a number"
-            raise ConfigError(
-                f"{where}: [sweep] {key}: expected {kind} >= {minimum}, got {value!r}"
-            )
+        _check_setting(where, key, value)
         kwargs[key] = value
     spec = SweepSpec(dims, **kwargs)
     _check_against_config(where, spec, config, overrides)
     return spec
+
+
+def _check_setting(where: str, key: str, value: Any) -> None:
+    tp, minimum = _SWEEP_KEYS[key]
+    if key == "scheduler":
+        if value not in SCHEDULERS:
+            raise ConfigError(
+                f'{where}: [sweep] scheduler: expected "asha", "fifo" or "pbt", got {value!r}'
+            )
+        return
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: [sweep] {key}: expected true or false, got {value!r}")
+        return
+    maximum = _MAXIMA.get(key)
+    bad = not _number(value) or (tp is int and not isinstance(value, int)) or value < minimum
+    if key == "quantile_fraction":
+        bad = bad or value <= 0
+    if bad or (maximum is not None and value > maximum):
+        kind = "an integer" if tp is int else "a number"
+        low = f"> {minimum}" if key == "quantile_fraction" else f">= {minimum}"
+        bounds = f"{low} and <= {maximum}" if maximum is not None else low
+        raise ConfigError(f"{where}: [sweep] {key}: expected {kind} {bounds}, got {value!r}")
 
 
 def _check_against_config(
@@ -223,6 +271,33 @@ def _check_against_config(
             f'{where}: scheduler "asha" stops trials on their evaluations during training: '
             "expected eval.interval_env_steps to be set in the config (or --set), got none; "
             'or use scheduler = "fifo"'
+        )
+    if spec.scheduler == "pbt":
+        _check_pbt(where, spec, exp)
+
+
+def _check_pbt(where: str, spec: SweepSpec, exp: Any) -> None:
+    total, every = exp.runtime.total_env_steps, spec.perturbation_env_steps
+    if every is None or every >= total:
+        raise ConfigError(
+            f'{where}: scheduler "pbt": expected [sweep] perturbation_env_steps, an integer '
+            f"below runtime.total_env_steps ({total:,}), got {every!r}"
+        )
+    if exp.eval.episodes < 1:
+        raise ConfigError(
+            f'{where}: scheduler "pbt" scores each segment by its final evaluation: expected '
+            f"eval.episodes >= 1 in the config (or --set), got {exp.eval.episodes}"
+        )
+    if spec.max_concurrent is not None:
+        raise ConfigError(
+            f'{where}: scheduler "pbt" makes the whole population at once and runs as many '
+            "trials as Ray's CPUs take (the rest wait their turn): expected no [sweep] "
+            f"max_concurrent, got {spec.max_concurrent}; bound it with cpus_per_trial instead"
+        )
+    if spec.num_trials < 2:
+        raise ConfigError(
+            f'{where}: scheduler "pbt" needs a population: expected at least 2 trials (grid '
+            f"points x num_samples), got {spec.num_trials}"
         )
 
 
@@ -267,6 +342,89 @@ def _trial(tune_config: dict[str, Any], *, config: str, overrides: list[str], ro
     })  # fmt: skip
 
 
+PBT_STATE = "pbt.json"
+"""In each PBT checkpoint given to Tune, beside the rlpar checkpoint ``rlpar.ckpt``: the trial
+that wrote it, the segments done, its env steps and the schedule that led to it."""
+
+
+def _pbt_trial(
+    tune_config: dict[str, Any], *, config: str, overrides: list[str], root: str, every: int
+) -> None:
+    """One PBT trial, in a Ray worker: train ``config`` with the trial's values in segments of
+    ``every`` env steps, each resumed from the last one's checkpoint (or, after an exploit,
+    from the checkpoint Tune hands over: another trial's), reporting each segment's final
+    evaluation with its checkpoint. Tune's clock (``pbt_env_steps``) is the segment ends'
+    ``k * every``; the last report repeats the previous end, so no perturbation follows the
+    budget's end."""
+    from ray import tune
+
+    from rlpar.app.train import Training
+
+    trial_id = tune.get_context().get_trial_id()
+    trial_dir = Path(root) / f"trial-{trial_id}"
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    values = [f"{k}={toml_value(v)}" for k, v in tune_config.items()]
+    exp = load_experiment(config, [*overrides, *values])
+    total = exp.runtime.total_env_steps
+    done, resume, history, source = 0, None, [], None
+    given = tune.get_checkpoint()
+    if given is not None:  # a restart: this trial's own checkpoint, or an exploited trial's
+        with given.as_directory() as d:
+            state = json.loads((Path(d) / PBT_STATE).read_text())
+            done, history = int(state["segments"]), list(state["history"])
+            resume = _unique(trial_dir / f"resume-{state['trial']}-{done}.ckpt")
+            shutil.copyfile(Path(d) / "rlpar.ckpt", resume)
+        if state["trial"] != trial_id:
+            source = {"trial": state["trial"], "env_steps": state["env_steps"]}
+    started_at = time.time()
+    while True:
+        end = min(total, (done + 1) * every)
+        runtime = dataclasses.replace(exp.runtime, total_env_steps=end)
+        training = Training(
+            dataclasses.replace(exp, runtime=runtime),
+            resume=resume,
+            run_dir=_unique(trial_dir / f"segment-{done + 1}"),
+        )
+        summary = training.run(quiet=True)
+        done += 1
+        score = summary["evaluation"][0]["mean_return"]
+        history.append({
+            "trial": trial_id, "config": dict(tune_config), "env_steps": summary["env_steps"],
+            METRIC: score, "wall_s": summary["wall_s"], "run_dir": summary["run_dir"],
+            "continued_from": source,
+        })  # fmt: skip
+        source = None
+        resume = summary["checkpoint"]
+        final = summary["env_steps"] >= total or summary["stopped_by"] != "total_env_steps"
+        with tempfile.TemporaryDirectory() as d:
+            shutil.copyfile(resume, Path(d) / "rlpar.ckpt")
+            state = {"trial": trial_id, "segments": done, "env_steps": summary["env_steps"],
+                     "history": history}  # fmt: skip
+            (Path(d) / PBT_STATE).write_text(json.dumps(state))
+            tune.report(
+                {
+                    METRIC: score, "env_steps": summary["env_steps"],
+                    "pbt_env_steps": (done - 1 if final else done) * every,
+                    "wall_s": sum(h["wall_s"] for h in history), "final": final,
+                    "run_dir": summary["run_dir"], "history": json.dumps(history),
+                    "started_at": started_at, "reported_at": time.time(),
+                },
+                checkpoint=tune.Checkpoint.from_directory(d),
+            )  # fmt: skip
+        if final:
+            return
+
+
+def _unique(path: Path) -> Path:
+    """``path``, or ``path`` with ``-r2``, ``-r3``, ... added to its stem when that exists (a
+    segment run again after a restart keeps the first one's files)."""
+    for i in itertools.count(1):
+        candidate = path if i == 1 else path.with_name(f"{path.stem}-r{i}{path.suffix}")
+        if not candidate.exists():
+            return candidate
+    raise AssertionError("unreachable")
+
+
 def run_sweep(
     config: str,
     space: str,
@@ -309,7 +467,12 @@ def _fit(spec: SweepSpec, exp: Any, config: str, overrides: list[str], root: Pat
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
     scheduler: Any
-    if spec.scheduler == "asha":
+    trial: Any = _trial
+    extra: dict[str, Any] = {}
+    if spec.scheduler == "pbt":
+        scheduler = _pbt(spec)
+        trial, extra = _pbt_trial, {"every": spec.perturbation_env_steps}
+    elif spec.scheduler == "asha":
         total = exp.runtime.total_env_steps
         scheduler = ASHAScheduler(
             time_attr="env_steps", max_t=total,
@@ -318,7 +481,9 @@ def _fit(spec: SweepSpec, exp: Any, config: str, overrides: list[str], root: Pat
         )  # fmt: skip
     else:
         scheduler = FIFOScheduler()
-    trainable = tune.with_parameters(_trial, config=config, overrides=overrides, root=str(root))
+    trainable = tune.with_parameters(
+        trial, config=config, overrides=overrides, root=str(root), **extra
+    )
     tuner = tune.Tuner(
         tune.with_resources(trainable, {"cpu": spec.cpus_per_trial}),
         param_space={d.key: d.tune_domain(tune) for d in spec.dimensions},
@@ -326,6 +491,7 @@ def _fit(spec: SweepSpec, exp: Any, config: str, overrides: list[str], root: Pat
             metric=METRIC, mode="max", num_samples=spec.num_samples, scheduler=scheduler,
             # The generator limits concurrency itself (Tune ignores max_concurrent_trials
             # next to a search generator, with a warning).
+            # (PBT: None; load_space refuses it, the population is made at once.)
             search_alg=BasicVariantGenerator(
                 random_state=spec.seed, max_concurrent=spec.max_concurrent or 0
             ),
@@ -335,9 +501,42 @@ def _fit(spec: SweepSpec, exp: Any, config: str, overrides: list[str], root: Pat
             failure_config=tune.FailureConfig(max_failures=0),
         ),
     )  # fmt: skip
+    if spec.scheduler == "pbt":
+        random.seed(spec.seed)  # PBT explores with the random module's draws
     # Tune prints its own tables; stdout is the command's (the ranked table, or --json).
-    with contextlib.redirect_stdout(sys.stderr):
+    with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
+        # Reusing actors would not help: each PBT segment is a new rlpar run anyway.
+        warnings.filterwarnings("ignore", message="Consider boosting PBT performance")
         return tuner.fit()
+
+
+def _pbt(spec: SweepSpec) -> Any:
+    """Tune's PBT over the space: ranges perturbed (and kept inside their bounds), listed
+    values moved to a neighbour, or either drawn anew."""
+    from ray import tune
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    def keep_inside(config: dict[str, Any]) -> dict[str, Any]:
+        for d in spec.dimensions:
+            if d.kind in ("uniform", "loguniform"):
+                config[d.key] = min(max(float(config[d.key]), d.values[0]), d.values[1])
+            elif d.kind == "randint":
+                config[d.key] = min(max(int(config[d.key]), d.values[0]), d.values[1] - 1)
+        return config
+
+    every = spec.perturbation_env_steps
+    if every is None:  # load_space refuses a "pbt" space without it
+        raise ValueError("a PBT sweep needs perturbation_env_steps")
+    mutations = {
+        d.key: list(d.values) if d.kind in ("grid", "choice") else d.tune_domain(tune)
+        for d in spec.dimensions
+    }
+    return PopulationBasedTraining(
+        time_attr="pbt_env_steps", perturbation_interval=every,
+        hyperparam_mutations=mutations, quantile_fraction=spec.quantile_fraction,
+        resample_probability=spec.resample_probability, custom_explore_fn=keep_inside,
+        synch=spec.synch,
+    )  # fmt: skip
 
 
 def _rows(grid: Any, spec: SweepSpec) -> list[dict[str, Any]]:
@@ -347,6 +546,7 @@ def _rows(grid: Any, spec: SweepSpec) -> list[dict[str, Any]]:
         keys = [d.key for d in spec.dimensions]
         row: dict[str, Any] = {
             "trial": i,
+            "trial_id": m.get("trial_id"),
             "config": {k: result.config.get(k) for k in keys},
             METRIC: m.get(METRIC),
             "env_steps": m.get("env_steps"),
@@ -361,8 +561,12 @@ def _rows(grid: Any, spec: SweepSpec) -> list[dict[str, Any]]:
             row["status"] = f"crashed: {lines[-1][:300] if lines else 'no message'}"
         elif m.get("final"):
             row["status"] = "finished"
+        elif spec.scheduler == "pbt":  # PBT stops no trial: this one did not report its end
+            row["status"] = f"ended at {m.get('env_steps') or 0:,} env steps"
         else:
             row["status"] = f"stopped by ASHA at {m.get('env_steps') or 0:,} env steps"
+        if spec.scheduler == "pbt":
+            row["schedule"] = json.loads(m["history"]) if m.get("history") else []
         if isinstance(row[METRIC], float) and math.isnan(row[METRIC]):
             row[METRIC] = None
         rows.append(row)
@@ -384,6 +588,29 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     return "" if v is None else str(v)
+
+
+def _schedules(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
+    """results.md's PBT part: each trial's segments, in order, with the values each ran with
+    and the trial whose checkpoint a segment continued from."""
+    lines = ["", "## Schedules", ""]
+    for rank, r in enumerate(rows, 1):
+        lines += [
+            f"### {rank}. trial {r.get('trial_id')}", "",
+            "| segment | ran in trial | " + " | ".join(f"`{k}`" for k in keys)
+            + " | env steps | evaluated return | continued from |",
+            "|---" * (len(keys) + 5) + "|",
+        ]  # fmt: skip
+        for i, seg in enumerate(r.get("schedule", []), 1):
+            source = seg.get("continued_from")
+            came = f"trial {source['trial']} at {source['env_steps']:,}" if source else ""
+            cells = " | ".join(_fmt(seg["config"].get(k)) for k in keys)
+            lines.append(
+                f"| {i} | {seg['trial']} | {cells} | {seg['env_steps']:,} "
+                f"| {_fmt(seg[METRIC])} | {came} |"
+            )
+        lines.append("")
+    return lines
 
 
 def _write_results(
@@ -410,6 +637,8 @@ def _write_results(
             + f" | {_fmt(r[METRIC])} | {_fmt(r['env_steps'])} | {_fmt(r['wall_s'])} "
             f"| {r['status']} |"
         )  # fmt: skip
+    if spec.scheduler == "pbt":
+        lines += _schedules(rows, keys)
     write_atomically(root / "results.md", "\n".join(lines) + "\n")
     if best is None:
         log.warning("sweep: no trial finished, so no best.toml")
@@ -422,4 +651,6 @@ def _write_results(
         f"# ({', '.join(values)}: evaluated return {_fmt(best[METRIC])} after "
         f"{_fmt(best['env_steps'])} env steps)\n"
     )
+    if spec.scheduler == "pbt":
+        header += "# PBT: the best trial's last values; its schedule is in results.md\n"
     write_atomically(root / "best.toml", header + to_toml(data))
