@@ -265,6 +265,22 @@ def test_the_committed_minatar_space_fits_the_suite_config() -> None:
     assert spec.grid_size == 3 and spec.num_samples == 2 and spec.scheduler == "asha"
 
 
+def test_the_committed_pbt_space_and_its_twin_fit_the_suite_config_as_measured() -> None:
+    # The overrides of the command in RESULTS.md ("Population-based training on MinAtar
+    # Breakout") and in the space files' headers.
+    sets = ["runtime.total_env_steps=3_000_000", "eval.episodes=30",
+            'eval.policies=["sampled"]', "eval.interval_env_steps=none"]  # fmt: skip
+    suite = ROOT / "experiments" / "minatar_breakout_suite.toml"
+    pbt, fifo = (
+        load_space(ROOT / "experiments" / "sweeps" / f"minatar_breakout_{name}.toml", suite, sets)
+        for name in ("pbt", "fifo")
+    )
+    assert (pbt.scheduler, pbt.perturbation_env_steps, pbt.num_trials) == ("pbt", 500_000, 4)
+    assert (fifo.scheduler, fifo.num_trials, fifo.max_concurrent) == ("fifo", 4, 1)
+    # Twins: the same dimensions and Tune seed, so the same four starting values.
+    assert (pbt.dimensions, pbt.seed) == (fifo.dimensions, fifo.seed)
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
