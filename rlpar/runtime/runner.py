@@ -136,7 +136,8 @@ class Runner:
         self.net = Net(self.agent.net_spec(*backend.spaces))
         self.state = _learner_state(self.agent, self.net, cfg.seed, resumed, self.resumed_from)
         periodic = self.eval_cfg is not None and self.eval_cfg.interval_env_steps is not None
-        self.store = _first_store(self.state, cfg.num_actors + (1 if periodic else 0))
+        pins = cfg.num_actors + (1 if periodic else 0)
+        self.store = _first_store(self.state, self.net.num_params, pins)
         keep = self.checkpoint_dir is not None  # the actors' episodes go into checkpoints
         self.actors.extend(
             backend.start(
@@ -378,11 +379,12 @@ def _learner_state(
     return state
 
 
-def _first_store(state: LearnerState, pins: int) -> SnapshotStore:
-    """The run's snapshot store, holding ``state``'s parameters as the first version. ``pins``:
+def _first_store(state: LearnerState, num_params: int, pins: int) -> SnapshotStore:
+    """The run's snapshot store of ``num_params`` floats (the net's: parameters of another size
+    are refused when published), holding ``state``'s parameters as the first version. ``pins``:
     the readers that pin a snapshot, at most one each at a time (each actor, the evaluator);
     +2 slots so no publish is ever skipped, +1 for the monitor's histograms."""
-    store = SnapshotStore(len(state.params), num_slots=min(255, pins + 3))
+    store = SnapshotStore(num_params, num_slots=min(255, pins + 3))
     store.publish(state.params, version=state.steps + 1)
     return store
 
