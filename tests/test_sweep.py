@@ -93,7 +93,13 @@ unroll_length = { randint = [8, 17] }
         ('[sweep]\nscheduler = "pbt"\nperturbation_env_steps = 1000\nmax_concurrent = 1\n'
          '[space]\n"agent.passes" = { grid = [1, 2] }', "expected no [sweep] max_concurrent"),
         ('[sweep]\nquantile_fraction = 0.75\n[space]\n"agent.passes" = { grid = [1] }',
-         "quantile_fraction: expected a number > 0.0 and <= 0.5, got 0.75"),
+         "quantile_fraction: expected a number >= 0.01 and <= 0.5, got 0.75"),
+        ('[sweep]\nscheduler = "fifo"\ngrace_env_steps = 10\n'
+         '[space]\n"agent.passes" = { grid = [1] }',
+         '[sweep] grace_env_steps is a setting of scheduler "asha": expected it only with that '
+         'scheduler, got scheduler "fifo"'),
+        ('[sweep]\nperturbation_env_steps = 10\n[space]\n"agent.passes" = { grid = [1] }',
+         'perturbation_env_steps is a setting of scheduler "pbt"'),
         ('[sweep]\nresample_probability = -1\n[space]\n"agent.passes" = { grid = [1] }',
          "resample_probability: expected a number >= 0.0 and <= 1.0, got -1"),
         ('[sweep]\nsynch = 1\n[space]\n"agent.passes" = { grid = [1] }',
@@ -244,6 +250,8 @@ def test_pbt_continues_the_trailing_trial_from_the_leaders_exact_checkpoint(
     leader_ckpt = latest_checkpoint(Path(first["run_dir"]) / "checkpoints")
     assert resumed.read_bytes() == leader_ckpt.read_bytes()
     assert f"# resumed from {resumed}" in (Path(second["run_dir"]) / "config.toml").read_text()
+    resumed_exp = load_experiment(Path(second["run_dir"]) / "config.toml")
+    assert resumed_exp.agent.optim.lr == second["config"]["agent.optim.lr"]  # the explored one
     summary = json.loads((Path(second["run_dir"]) / "summary.json").read_text())
     assert summary["evaluation"][0]["mean_return"] == second[METRIC]
     sweep_dir = root.parent if root.name == "tune" else root

@@ -12,7 +12,8 @@ The space file names config keys (as ``--set`` does) and how to draw each::
     grace_env_steps = 200000 # ASHA: no trial stops before this many env steps
     reduction_factor = 2     # ASHA: the best 1/reduction_factor of a rung goes on
 
-    # scheduler = "pbt": population-based training (below)
+    # scheduler = "pbt": population-based training (below); a setting of another scheduler
+    # than the one named is refused
     # perturbation_env_steps = 500000  # PBT: exploit and explore every this many env steps
     # quantile_fraction = 0.25         # PBT: the bottom quarter copies the top quarter
     # resample_probability = 0.25      # PBT: a value is drawn anew instead of perturbed
@@ -95,11 +96,16 @@ _SWEEP_KEYS = {
     "grace_env_steps": (int, 1),
     "reduction_factor": (float, 1.0001),
     "perturbation_env_steps": (int, 1),
-    "quantile_fraction": (float, 0.0),
+    "quantile_fraction": (float, 0.01),
     "resample_probability": (float, 0.0),
     "synch": (bool, None),
 }
 SCHEDULERS = ("asha", "fifo", "pbt")
+_SCHEDULER_OF = {
+    "grace_env_steps": "asha", "reduction_factor": "asha", "perturbation_env_steps": "pbt",
+    "quantile_fraction": "pbt", "resample_probability": "pbt", "synch": "pbt",
+}  # fmt: skip
+"""The settings only one scheduler reads; beside another they are refused, not ignored."""
 _MAXIMA = {"quantile_fraction": 0.5, "resample_probability": 1.0}
 METRIC = "eval_return"
 """What each trial reports and what ranks them: the evaluated mean return."""
@@ -228,6 +234,13 @@ def load_space(path: str | Path, config: str | Path, overrides: list[str] = []) 
             )
         _check_setting(where, key, value)
         kwargs[key] = value
+    scheduler = kwargs.get("scheduler", "asha")
+    for key in kwargs:
+        if _SCHEDULER_OF.get(key, scheduler) != scheduler:
+            raise ConfigError(
+                f'{where}: [sweep] {key} is a setting of scheduler "{_SCHEDULER_OF[key]}": '
+                f'expected it only with that scheduler, got scheduler "{scheduler}"'
+            )
     spec = SweepSpec(dims, **kwargs)
     _check_against_config(where, spec, config, overrides)
     return spec
@@ -247,12 +260,9 @@ def _check_setting(where: str, key: str, value: Any) -> None:
         return
     maximum = _MAXIMA.get(key)
     bad = not _number(value) or (tp is int and not isinstance(value, int)) or value < minimum
-    if key == "quantile_fraction":
-        bad = bad or value <= 0
     if bad or (maximum is not None and value > maximum):
         kind = "an integer" if tp is int else "a number"
-        low = f"> {minimum}" if key == "quantile_fraction" else f">= {minimum}"
-        bounds = f"{low} and <= {maximum}" if maximum is not None else low
+        bounds = f">= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
         raise ConfigError(f"{where}: [sweep] {key}: expected {kind} {bounds}, got {value!r}")
 
 
@@ -366,7 +376,7 @@ def _pbt_trial(
     values = [f"{k}={toml_value(v)}" for k, v in tune_config.items()]
     exp = load_experiment(config, [*overrides, *values])
     total = exp.runtime.total_env_steps
-    done, resume, history, source = 0, None, [], None
+    done, resume, history, source, state = 0, None, [], None, {}
     given = tune.get_checkpoint()
     if given is not None:  # a restart: this trial's own checkpoint, or an exploited trial's
         with given.as_directory() as d:
@@ -376,7 +386,8 @@ def _pbt_trial(
             shutil.copyfile(Path(d) / "rlpar.ckpt", resume)
         if state["trial"] != trial_id:
             source = {"trial": state["trial"], "env_steps": state["env_steps"]}
-    started_at = time.time()
+    # A trial restarted from its own checkpoint (a pause) keeps the time it first started.
+    started_at = state["started_at"] if given is not None and source is None else time.time()
     while True:
         end = min(total, (done + 1) * every)
         runtime = dataclasses.replace(exp.runtime, total_env_steps=end)
@@ -399,7 +410,7 @@ def _pbt_trial(
         with tempfile.TemporaryDirectory() as d:
             shutil.copyfile(resume, Path(d) / "rlpar.ckpt")
             state = {"trial": trial_id, "segments": done, "env_steps": summary["env_steps"],
-                     "history": history}  # fmt: skip
+                     "history": history, "started_at": started_at}  # fmt: skip
             (Path(d) / PBT_STATE).write_text(json.dumps(state))
             tune.report(
                 {
@@ -501,13 +512,17 @@ def _fit(spec: SweepSpec, exp: Any, config: str, overrides: list[str], root: Pat
             failure_config=tune.FailureConfig(max_failures=0),
         ),
     )  # fmt: skip
+    saved = random.getstate()
     if spec.scheduler == "pbt":
         random.seed(spec.seed)  # PBT explores with the random module's draws
     # Tune prints its own tables; stdout is the command's (the ranked table, or --json).
-    with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
-        # Reusing actors would not help: each PBT segment is a new rlpar run anyway.
-        warnings.filterwarnings("ignore", message="Consider boosting PBT performance")
-        return tuner.fit()
+    try:
+        with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
+            # Reusing actors would not help: each PBT segment is a new rlpar run anyway.
+            warnings.filterwarnings("ignore", message="Consider boosting PBT performance")
+            return tuner.fit()
+    finally:
+        random.setstate(saved)  # the caller's stream, as it was
 
 
 def _pbt(spec: SweepSpec) -> Any:
