@@ -336,6 +336,17 @@ def test_bad_env_and_spaces_fail_at_start_up() -> None:
     assert not rlpar_threads()
 
 
+class _ShortParams(TinyAgent):
+    def init_state(self, net: rlpar.Net, params: np.ndarray) -> rlpar.LearnerState:
+        return super().init_state(net, params[:-1].copy())
+
+
+def test_an_agent_whose_state_holds_parameters_of_another_size_fails_at_start_up() -> None:
+    with pytest.raises(ValueError, match="params must be a contiguous flat float32 vector of"):
+        Runner(_ShortParams(), EnvConfig("rlpar-test/Counter-v0"), small_runtime())
+    assert not rlpar_threads()
+
+
 def test_one_shared_net_serves_every_actor() -> None:
     runner = Runner(TinyAgent(), EnvConfig("CartPole-v1"), small_runtime(num_actors=3))
     assert all(a.net is runner.net for a in runner.actors)
