@@ -242,7 +242,7 @@ def test_pbt_continues_the_trailing_trial_from_the_leaders_exact_checkpoint(
     assert second["config"]["agent.optim.lr"] in (0.003, 1e-7)
     assert low["config"] == second["config"] and low[METRIC] == second[METRIC]
     assert last_ran_in == {r["trial_id"] for r in rows}
-    root = Path(low["run_dir"]).parents[1]
+    root = Path(low["run_dir"]).parents[1]  # <sweep dir>/trial-<id>/segment-2
     own_first = load_experiment(root / f"trial-{low['trial_id']}" / "segment-1" / "config.toml")
     assert own_first.agent.optim.lr == 1e-7  # what it ran before it was exploited
     # Its segment 2 resumed from a byte copy of the leader's final checkpoint of segment 1.
@@ -254,13 +254,12 @@ def test_pbt_continues_the_trailing_trial_from_the_leaders_exact_checkpoint(
     assert resumed_exp.agent.optim.lr == second["config"]["agent.optim.lr"]  # the explored one
     summary = json.loads((Path(second["run_dir"]) / "summary.json").read_text())
     assert summary["evaluation"][0]["mean_return"] == second[METRIC]
-    sweep_dir = root.parent if root.name == "tune" else root
-    results = json.loads((sweep_dir / "results.json").read_text())
+    results = json.loads((root / "results.json").read_text())
     assert results["trials"] == rows
-    table = (sweep_dir / "results.md").read_text()
+    table = (root / "results.md").read_text()
     assert "## Schedules" in table
     assert f"trial {high['trial_id']} at {first['env_steps']:,}" in table
-    best = load_experiment(sweep_dir / "best.toml")
+    best = load_experiment(root / "best.toml")
     assert best.agent.optim.lr == rows[0]["config"]["agent.optim.lr"]
 
 
