@@ -316,18 +316,23 @@ class RuntimeConfig:
         split = self.learner_split
         _check(split in LEARNER_SPLITS, "learner_split", '"auto", "rows" or "shards"', split)
         self._check_backend()
+        # A learner step waits for B rollouts while the actors have only this many: fewer
+        # would never make a batch (every buffer queued or held by the learner: a hang).
+        need = -(-self.batch_rollouts // self.num_actors)
+        _check(
+            self.buffers_per_actor >= need,
+            "buffers_per_actor",
+            f"at least ceil(batch_rollouts / num_actors) = {need} (a learner step takes "
+            f"{self.batch_rollouts} rollouts; {self.num_actors} actor(s) with fewer buffers "
+            "could never fill it)",
+            self.buffers_per_actor,
+        )
         if self.deterministic:
             _check(
                 self.batch_rollouts % self.num_actors == 0,
                 "batch_rollouts",
                 f"a multiple of num_actors ({self.num_actors}) in deterministic mode",
                 self.batch_rollouts,
-            )
-            _check(
-                self.buffers_per_actor >= self.batch_rollouts // self.num_actors,
-                "buffers_per_actor",
-                "at least batch_rollouts / num_actors in deterministic mode",
-                self.buffers_per_actor,
             )
 
     def _check_backend(self) -> None:

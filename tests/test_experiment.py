@@ -99,6 +99,10 @@ def test_the_resolved_toml_keeps_none_and_non_defaults(tmp_path: Path) -> None:
         ("[runtime]\nnum_actors = 'two'", r"runtime.num_actors: expected an integer, got 'two'"),
         ("[runtime]\nnum_actors = 0", r"runtime.num_actors: expected an integer >= 1, got 0"),
         ("[runtime]\nseed = 'none'", r"runtime.seed: expected an integer, got 'none'"),
+        (
+            "[runtime]\nnum_actors = 1\nbatch_rollouts = 4",  # 2 buffers: no batch of 4, ever
+            r"runtime.buffers_per_actor: expected at least ceil\(batch_rollouts / num_actors\) = 4",
+        ),
         ("[runtime]\ntarget_return = true", r"runtime.target_return: expected float \| None"),
         ("[agent]\nname = 'impala'\ngamma = 1.5", r"agent.gamma: expected a number in \[0, 1\]"),
         ("[agent]\nname='a3c'\n[agent.net]\nactivation='gelu'", r"agent.net.activation: .*'gelu'"),
