@@ -368,3 +368,29 @@ def test_one_shared_net_serves_every_actor() -> None:
 def test_runner_arguments_of_the_wrong_type_are_named(args, match) -> None:
     with pytest.raises(TypeError, match=match):
         Runner(*args)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_batch_stack_copies_the_rollouts_side_by_side(count) -> None:
+    from rlpar.data import ARRAY_FIELDS, Batch, Rollout
+
+    rng = np.random.default_rng(0)
+    rollouts = []
+    for i in range(count):
+        r = Rollout.allocate(4, 3, (2,), np.dtype(np.float32), (), np.dtype(np.int64), 5,
+                             actor=i, state_size=2)  # fmt: skip
+        for name in ARRAY_FIELDS:
+            a = getattr(r, name)
+            a[...] = rng.integers(0, 2, a.shape) if a.dtype == bool else rng.integers(0, 9, a.shape)
+        r.version = 7 - i
+        rollouts.append(r)
+    batch = Batch.stack(rollouts, learner_version=8)
+    for name in ARRAY_FIELDS:
+        got, parts = getattr(batch, name), [getattr(r, name) for r in rollouts]
+        axis = 0 if name == "core_state" else 1
+        np.testing.assert_array_equal(got, np.concatenate(parts, axis=axis), err_msg=name)
+        assert got.dtype == parts[0].dtype and got.flags.c_contiguous, name
+        assert not any(np.shares_memory(got, p) for p in parts), name  # the buffers go back
+    assert batch.num_columns == 3 * count
+    np.testing.assert_array_equal(batch.versions, [7 - i for i in range(count)])
+    np.testing.assert_array_equal(batch.policy_lag, [1 + i for i in range(count)])

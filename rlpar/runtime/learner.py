@@ -136,7 +136,9 @@ class Learner:
         if self.deterministic:
             rollouts.sort(key=lambda r: (r.actor, r.seq))
         batch = Batch.stack(rollouts, self.version)
-        ended = [e for r in rollouts for e in r.ended]  # read before the actors reuse them
+        # read before the actors reuse them: the episodes, and batch.policy_lag as ints
+        ended = [e for r in rollouts for e in r.ended]
+        lags = [batch.learner_version - r.version for r in rollouts]
         for r in rollouts:
             self.actors[r.actor].free.put(r)
         if self.episodes is not None:
@@ -152,8 +154,8 @@ class Learner:
         s.learn_s += t1 - t0
         s.steps += 1
         s.samples += batch.rewards.size
-        s.lag_mean = float(np.mean(batch.policy_lag))
-        s.lag_max = int(np.max(batch.policy_lag))
+        s.lag_mean = sum(lags) / len(lags)
+        s.lag_max = max(lags)
         s.metrics = metrics
         s.last_actions = batch.actions[batch.mask]
         return metrics
