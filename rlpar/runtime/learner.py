@@ -136,9 +136,7 @@ class Learner:
         if self.deterministic:
             rollouts.sort(key=lambda r: (r.actor, r.seq))
         batch = Batch.stack(rollouts, self.version)
-        # read before the actors reuse them: the episodes, and batch.policy_lag as ints
-        ended = [e for r in rollouts for e in r.ended]
-        lags = [batch.learner_version - r.version for r in rollouts]
+        ended = [e for r in rollouts for e in r.ended]  # read before the actors reuse them
         for r in rollouts:
             self.actors[r.actor].free.put(r)
         if self.episodes is not None:
@@ -154,6 +152,7 @@ class Learner:
         s.learn_s += t1 - t0
         s.steps += 1
         s.samples += batch.rewards.size
+        lags = batch.policy_lag.tolist()  # Python ints: np.mean and np.max cost ~10 us here
         s.lag_mean = sum(lags) / len(lags)
         s.lag_max = max(lags)
         s.metrics = metrics
