@@ -33,8 +33,8 @@ except ImportError as _e:  # pragma: no cover - exercised in a child process by 
         f"rlpar's compiled core (rlpar._native) cannot be imported from "
         f"{_os.path.dirname(__file__)} ({_e}). If this is the source checkout, Python found "
         "this folder before the installed package: run from another directory, or install the "
-        "checkout in editable mode for development: pip install -e '.[dev]' (see the README's "
-        "Development section)."
+        "checkout in editable mode for development: pip install -e '.[dev]' (see "
+        "docs/cli.md, 'Building from source')."
     ) from _e
 
 from rlpar.agent import Agent, LearnerState
