@@ -387,7 +387,7 @@ def gil_calibration() -> dict:
     """
 def gil_meter() -> tuple:
     """
-    The calling thread's GIL meter since it started: (seconds rlpar's calls ran with the GIL released, seconds they then waited to take it back, number of such calls).
+    The calling thread's GIL meter since it started: (seconds rlpar's calls ran with the GIL released, seconds they then waited to take it back, number of such calls, the thread's CPU seconds inside those calls).
     """
 def gil_release_threshold() -> float:
     ...

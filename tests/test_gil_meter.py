@@ -1,6 +1,7 @@
 """The GIL meter (rlpar.runtime.gil_meter): a thread that only runs Python reads as holding the
-GIL, one in long GIL-free native calls as not; threads together never hold more than all of
-it; the runner reports every thread's shares and the ceiling they predict."""
+GIL, one in long GIL-free native calls as not, and a released call's time off the CPU counts as
+native, not held; threads together never hold more than all of it; the runner reports every
+thread's shares and the ceiling they predict."""
 
 from __future__ import annotations
 
@@ -86,9 +87,50 @@ def test_the_native_counters_belong_to_the_calling_thread() -> None:
     assert _native.gil_meter()[2] == after[2]
 
 
+class Sleep(rlpar.PyLayer):
+    """The identity, after sleeping: a released call that spends its time off the CPU, as a
+    learner step waiting for its pool's workers or a preempted thread does."""
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        time.sleep(0.005)
+        return x
+
+    def backward(self, x: np.ndarray, y: np.ndarray, dy: np.ndarray) -> np.ndarray:
+        return dy
+
+
+SLEEPY = rlpar.Net(
+    rlpar.NetSpec(input_shape=(4,), layers=[rlpar.Linear(4), Sleep()], heads=[rlpar.Value()])
+)
+
+
+def python_and_sleeping_native_calls(seconds: float = SECONDS) -> GilTimes:
+    """Half Python, half released calls that sleep: held is the Python half."""
+    params, x = SLEEPY.init_params(seed=0), np.ones((1, 4), np.float32)
+    meter = ThreadMeter()
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        busy = time.perf_counter() + 0.005
+        while time.perf_counter() < busy:
+            sum(range(200))
+        SLEEPY.forward(params, x, release_gil=True)
+    return meter.read()
+
+
+def test_held_is_cpu_time_outside_released_calls_not_their_wall_time() -> None:
+    """A released call off the CPU counts as native, not as negative held time: before the
+    meter read the guard's CPU time, held was the CPU time less the calls' wall time, and a
+    learner step blocked on its thread pool read 0 % held."""
+    (t,) = on_threads(python_and_sleeping_native_calls)
+    shares = t.shares()
+    assert 0.0 <= t.native_cpu_s < t.native_s, t
+    assert 0.25 < shares["held"] < 0.75 and 0.25 < shares["native"] < 0.75, shares
+
+
 def test_shares_and_the_ceiling() -> None:
-    t = GilTimes(wall_s=2.0, cpu_s=1.5, native_s=1.0, wait_s=0.25)
+    t = GilTimes(wall_s=2.0, cpu_s=1.5, native_s=1.0, wait_s=0.25, native_cpu_s=1.0)
     assert t.held_s == 0.5
+    assert GilTimes(wall_s=2.0, cpu_s=1.5, native_s=1.5, native_cpu_s=0.5).held_s == 1.0
     assert t.shares() == {"held": 0.25, "wait": 0.125, "native": 0.5}
     assert GilTimes().shares() == {"held": 0.0, "wait": 0.0, "native": 0.0}
     assert actor_ceiling(0.25) == 4.0 and actor_ceiling(0.25, learner_held=0.5) == 2.0

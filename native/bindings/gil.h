@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -41,14 +42,28 @@ inline bool want_release(py::handle release_gil, double flops) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// GIL meter: per thread, the time rlpar's calls ran with the GIL released (native work) and the
-// time they then waited to take it back (a convoy shows up here). Only the thread itself reads
-// its meter (gil_meter() in Python), so plain thread-local integers suffice.
+// GIL meter: per thread, the time rlpar's calls ran with the GIL released (native work), the
+// thread's CPU time in them, and the time they then waited to take the GIL back (a convoy shows
+// up here). Only the thread itself reads its meter (gil_meter() in Python), so plain
+// thread-local integers suffice.
+//
+// The CPU time is what tells the GIL-held time apart: a thread's CPU time outside released calls
+// is the time it ran holding the GIL. Subtracting the calls' wall time instead reads too little
+// whenever a call is off the CPU (blocked on its thread pool's workers with learner_threads > 1,
+// or preempted on a machine with more busy threads than cores): the learner read 0 % held.
+// Reading the thread's CPU clock is a system call (the two reads added 0.7-0.9 us to a released
+// call on a 2-vCPU Intel Xeon), too much for the shortest released calls (a few us), so a call
+// reads it only when the thread's previous released call took longer than kCpuClockAfterNs,
+// where it costs under 1 %; a shorter call counts its wall time as CPU time, as a call that
+// short is rarely off the CPU.
+inline constexpr int64_t kCpuClockAfterNs = 100000;
 
 struct GilMeter {
-  int64_t released_ns = 0;  // from the release to the request to re-take the GIL
-  int64_t wait_ns = 0;      // inside the re-take: another thread held the GIL
-  int64_t calls = 0;        // calls that released the GIL
+  int64_t released_ns = 0;      // from the release to the request to re-take the GIL
+  int64_t released_cpu_ns = 0;  // the thread's CPU time over the same spans (see above)
+  int64_t wait_ns = 0;          // inside the re-take: another thread held the GIL
+  int64_t calls = 0;            // calls that released the GIL
+  bool last_was_long = false;   // the previous released call took over kCpuClockAfterNs
 };
 
 inline GilMeter& thread_gil_meter() {
@@ -60,6 +75,13 @@ inline int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+// The calling thread's CPU time (what Python's time.thread_time reads).
+inline int64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
 // The scope of one native call that may let other Python threads run while it is inside native
@@ -86,14 +108,19 @@ class CallScope {
     if (release) {
       released_.emplace();
       released_at_ = now_ns();
+      if (thread_gil_meter().last_was_long) released_cpu_at_ = thread_cpu_ns();
     }
   }
   ~CallScope() {
     if (released_) {
       GilMeter& meter = thread_gil_meter();
+      const int64_t cpu = released_cpu_at_ >= 0 ? thread_cpu_ns() - released_cpu_at_ : -1;
       const int64_t done = now_ns();
       released_.reset();  // re-takes the GIL
-      meter.released_ns += done - released_at_;
+      const int64_t wall = done - released_at_;
+      meter.released_ns += wall;
+      meter.released_cpu_ns += cpu >= 0 ? cpu : wall;
+      meter.last_was_long = wall > kCpuClockAfterNs;
       meter.wait_ns += now_ns() - done;
       meter.calls += 1;
     }
@@ -105,6 +132,7 @@ class CallScope {
  private:
   bool counted_ = false;
   int64_t released_at_ = 0;
+  int64_t released_cpu_at_ = -1;  // -1: the CPU clock was not read for this call
   std::optional<py::gil_scoped_release> released_;
 };
 

@@ -41,10 +41,12 @@ void bind_gil_policy(py::module_& m) {
       "gil_meter",
       [] {
         const rlpar_py::GilMeter& meter = rlpar_py::thread_gil_meter();
-        return py::make_tuple(meter.released_ns * 1e-9, meter.wait_ns * 1e-9, meter.calls);
+        return py::make_tuple(meter.released_ns * 1e-9, meter.wait_ns * 1e-9, meter.calls,
+                              meter.released_cpu_ns * 1e-9);
       },
       "The calling thread's GIL meter since it started: (seconds rlpar's calls ran with the GIL "
-      "released, seconds they then waited to take it back, number of such calls).");
+      "released, seconds they then waited to take it back, number of such calls, the thread's "
+      "CPU seconds inside those calls).");
 }
 
 }  // namespace

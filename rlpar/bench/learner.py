@@ -60,13 +60,13 @@ def _measure(case: tuple, native: bool, seconds: float) -> dict[str, float]:
     try:
         for _ in range(5):
             agent.learn(net, state, batch)
-        released0, _, calls0 = _native.gil_meter()
+        released0, _, calls0, _ = _native.gil_meter()
         n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             agent.learn(net, state, batch)
             n += 1
         wall = (time.perf_counter() - t0) / n
-        released1, _, calls1 = _native.gil_meter()
+        released1, _, calls1, _ = _native.gil_meter()
     finally:
         rlpar.train_step = original
     released = (released1 - released0) / n

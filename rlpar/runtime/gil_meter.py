@@ -9,9 +9,11 @@ measures, per thread:
   guard counts it, per thread: `rlpar._native.gil_meter`);
 - ``wait``: time those calls then waited to take the GIL back while another thread held it
   (the convoy effect: a short release can cost a switch interval, 5 ms by default);
-- ``held``: the thread's CPU time outside those calls (`time.thread_time`): Python bytecode,
-  and native work done without releasing the GIL. A thread waiting on a queue, a pipe or the
-  GIL itself takes no CPU time, so waits do not count as held.
+- ``held``: the thread's CPU time outside those calls (`time.thread_time` less the CPU time
+  the release guard counted inside them): Python bytecode, and native work done without
+  releasing the GIL. A thread waiting on a queue, a pipe or the GIL itself takes no CPU time,
+  so waits do not count as held; nor does a released call's time off the CPU (waiting for its
+  thread pool's workers, or preempted), which is native wall time but not CPU time.
 
 Shares are of the thread's wall time over the same interval; the rest (``1 - held - native -
 wait``) is time the thread waited on something else (a queue, a worker process, the OS).
@@ -37,10 +39,12 @@ class GilTimes:
     cpu_s: float = 0.0
     native_s: float = 0.0
     wait_s: float = 0.0
+    native_cpu_s: float = 0.0
+    """The thread's CPU time inside the released calls (at most ``native_s``)."""
 
     @property
     def held_s(self) -> float:
-        return max(0.0, self.cpu_s - self.native_s)
+        return max(0.0, self.cpu_s - self.native_cpu_s)
 
     def shares(self) -> dict[str, float]:
         """{"held", "wait", "native"}: shares of the wall time (0 for an empty interval)."""
@@ -58,6 +62,7 @@ class GilTimes:
             self.cpu_s + other.cpu_s,
             self.native_s + other.native_s,
             self.wait_s + other.wait_s,
+            self.native_cpu_s + other.native_cpu_s,
         )
 
     def __sub__(self, other: GilTimes) -> GilTimes:
@@ -66,12 +71,13 @@ class GilTimes:
             self.cpu_s - other.cpu_s,
             self.native_s - other.native_s,
             self.wait_s - other.wait_s,
+            self.native_cpu_s - other.native_cpu_s,
         )
 
 
 def _now() -> GilTimes:
-    native_s, wait_s, _ = _native.gil_meter()
-    return GilTimes(time.perf_counter(), time.thread_time(), native_s, wait_s)
+    native_s, wait_s, _, native_cpu_s = _native.gil_meter()
+    return GilTimes(time.perf_counter(), time.thread_time(), native_s, wait_s, native_cpu_s)
 
 
 class ThreadMeter:
