@@ -11,7 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlpar.app.seeds import aggregate, bootstrap_ci, format_aggregate, iqm, parse_seeds
+from rlpar.app.seeds import (
+    aggregate,
+    bootstrap_ci,
+    format_aggregate,
+    iqm,
+    parse_seeds,
+    reaggregate,
+)
 from rlpar.config import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,6 +95,62 @@ def test_aggregate_leaves_crashed_seeds_out_and_counts_who_reached_the_target() 
     assert "| evaluated return | 3 | 430.00 | 490.00 |" in text
     assert "Solved (evaluated return >= 475): 2 of 3 seeds." in text
     assert "Crashed seeds (left out of the statistics): [1]" in text
+
+
+def summary(seed: int, sampled: float, greedy: float, parent: Path) -> dict:
+    """The summary line ``rlpar train --json`` prints, of a run evaluated on two policies."""
+    return {
+        "name": "two_policies", "mean_return": 10.0 * seed, "env_steps": 1000 + seed,
+        "wall_s": 2.0 + seed, "time_to_target_s": None, "stopped_by": "total_env_steps",
+        "target_return": None, "target_checks": [], "run_dir": str(parent / f"seed-{seed}"),
+        "evaluation": [
+            {"policy": "sampled", "episodes": 100, "mean_return": sampled},
+            {"policy": "greedy", "episodes": 100, "mean_return": greedy},
+        ],
+    }  # fmt: skip
+
+
+def test_every_evaluation_policy_gets_its_statistics() -> None:
+    """Greedy beside sampled: the first policy stays "evaluated return", each further one has
+    its own per-seed column and row of statistics (against a hand computation)."""
+    rows = [
+        {"seed": s, "status": "ok", "eval_return": r, "eval_returns": {"sampled": r, "greedy": g},
+         "window_return": 10.0 * s, "time_to_target_s": None, "env_steps": 1000, "wall_s": 2.0}
+        for s, r, g in [(0, 10.0, 20.0), (1, 14.0, 30.0), (2, 12.0, 40.0)]
+    ]  # fmt: skip
+    agg = aggregate(rows)
+    assert agg["eval_return"]["mean"] == 12.0
+    assert agg["eval_return_by_policy"]["sampled"] == agg["eval_return"]
+    greedy = agg["eval_return_by_policy"]["greedy"]
+    assert greedy["mean"] == 30.0 and greedy["median"] == 30.0 and greedy["min"] == 20.0
+    text = format_aggregate("two_policies", rows, agg)
+    assert (
+        "| seed | status | evaluated return (sampled) | evaluated, greedy | window return |" in text
+    )
+    assert "| 1 | ok | 14.00 | 30.00 | 10.00 |" in text
+    assert "| evaluated, greedy | 3 | 30.00 | 30.00 |" in text
+
+
+def test_reaggregate_rebuilds_a_parent_from_its_seeds_summaries(tmp_path: Path) -> None:
+    parent = tmp_path / "two_policies" / "seeds-1"
+    parent.mkdir(parents=True)
+    with pytest.raises(ValueError, match="expected the parent directory of an rlpar train --seeds"):
+        reaggregate(parent)
+    for seed, (r, g) in {0: (10.0, 20.0), 2: (14.0, 40.0)}.items():
+        line = json.dumps(summary(seed, r, g, parent))
+        (parent / f"seed-{seed}.json").write_text(f"progress...\n{line}\n")
+    (parent / "seed-1.json").write_text("")  # a seed that crashed: no summary line
+    (parent / "seed-1.log").write_text("Traceback ...\nRuntimeError: boom\n")
+    (parent / "aggregate.json").write_text("{}")  # an older version's, written again
+    rows, agg = reaggregate(parent)
+    assert [r["seed"] for r in rows] == [0, 1, 2] and agg["crashed"] == [1]
+    assert rows[1]["status"] == "crashed" and "RuntimeError: boom" in rows[1]["error"]
+    assert agg["eval_return"]["mean"] == 12.0
+    assert agg["eval_return_by_policy"]["greedy"]["mean"] == 30.0
+    saved = json.loads((parent / "aggregate.json").read_text())
+    assert saved["rows"] == rows and saved["eval_return_by_policy"] == agg["eval_return_by_policy"]
+    md = (parent / "aggregate.md").read_text()
+    assert md.startswith("# two_policies: 3 seeds") and "| 1 | crashed: no summary: " in md
 
 
 CONFIG = """name = "seeds"

@@ -13,8 +13,10 @@ The seeds run one after another, or ``parallel`` at a time, each in a child ``rl
 process. A seed whose run fails is reported as crashed (with its error's last line) and the
 others still run. Across seeds: the mean, the interquartile mean (the mean of the middle half,
 less moved by one outlier seed than the mean) and a 95 % percentile-bootstrap confidence
-interval of the mean, of the evaluated return (the final evaluation's first policy) and of the
-time to the target return (over the seeds that reached it, with how many did).
+interval of the mean, of the evaluated return (the final evaluation's first policy; each
+further policy of ``eval.policies``, e.g. greedy beside sampled, gets the same statistics of its
+own) and of the time to the target return (over the seeds that reached it, with how many did).
+`reaggregate` writes the aggregate of a parent directory again from its seeds' summaries.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ __all__ = [
     "format_aggregate",
     "iqm",
     "parse_seeds",
+    "reaggregate",
     "run_seeds",
     "train_seed",
     "write_atomically",
@@ -118,10 +121,17 @@ def _stats(values: list[float]) -> dict[str, Any]:
     }
 
 
+def _policies(rows: list[dict[str, Any]]) -> list[str]:
+    """The evaluation policies of ``rows`` (``eval_returns``' keys), in the order first seen."""
+    return list(dict.fromkeys(p for r in rows for p in r.get("eval_returns") or {}))
+
+
 def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Statistics across seeds of per-seed rows (``seed``, ``status`` "ok" | "crashed",
     ``eval_return``, ``time_to_target_s``, ``env_steps``, ``wall_s``, optionally ``solved``:
-    whether the evaluated return reached the target, None without one)."""
+    whether the evaluated return reached the target, None without one, and ``eval_returns``:
+    {policy: evaluated return} of every policy evaluated, whose statistics go to
+    ``eval_return_by_policy``)."""
     ok = [r for r in rows if r["status"] == "ok"]
     returns = [r["eval_return"] for r in ok if r.get("eval_return") is not None]
     times = [r["time_to_target_s"] for r in ok if r.get("time_to_target_s") is not None]
@@ -133,6 +143,10 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
         # Seeds whose final evaluation reached the target return, of those that had one.
         "solved": {"n": sum(bool(r["solved"]) for r in judged), "of": len(judged)},
         "eval_return": _stats(returns),
+        "eval_return_by_policy": {
+            policy: _stats([r["eval_returns"][policy] for r in ok if policy in r["eval_returns"]])
+            for policy in _policies(ok)
+        },
         "time_to_target_s": {**_stats(times), "reached": len(times), "of": len(ok)},
         "wall_s": _stats([r["wall_s"] for r in ok]),
         "env_steps": _stats([float(r["env_steps"]) for r in ok]),
@@ -147,20 +161,26 @@ def _fmt(x: Any, digits: int = 2) -> str:
 
 def format_aggregate(name: str, rows: list[dict[str, Any]], agg: dict[str, Any]) -> str:
     """The Markdown report: a row per seed, then the statistics across seeds."""
+    policies = _policies(rows)
+    further = policies[1:]  # beside the first policy's "evaluated return"
+    first = f"evaluated return ({policies[0]})" if further else "evaluated return"
     lines = [
         f"# {name}: {len(rows)} seeds",
         "",
-        "| seed | status | evaluated return | window return | solved | time to target (s) "
-        "| target checks | env steps | wall (s) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| seed | status | {first} | "
+        + "".join(f"evaluated, {p} | " for p in further)
+        + "window return | solved | time to target (s) | target checks | env steps | wall (s) |",
+        "|---|---|---|" + "---|" * len(further) + "---|---|---|---|---|---|",
     ]
     for r in rows:
         status = r["status"] if r["status"] == "ok" else f"crashed: {r.get('error', '')}"
         solved = "—" if r.get("solved") is None else "yes" if r["solved"] else "no"
         steps = r.get("env_steps")
+        by_policy = r.get("eval_returns") or {}
         lines.append(
             f"| {r['seed']} | {status} | {_fmt(r.get('eval_return'))} | "
-            f"{_fmt(r.get('window_return'))} | {solved} | "
+            + "".join(f"{_fmt(by_policy.get(p))} | " for p in further)
+            + f"{_fmt(r.get('window_return'))} | {solved} | "
             f"{_fmt(r.get('time_to_target_s'), 2)} | {r.get('target_checks') or '—'} | "
             f"{f'{steps:,}' if isinstance(steps, int) else '—'} | {_fmt(r.get('wall_s'), 1)} |"
         )
@@ -170,15 +190,14 @@ def format_aggregate(name: str, rows: list[dict[str, Any]], agg: dict[str, Any])
                   f"{agg['solved']['of']} seeds."]  # fmt: skip
     lines += ["", "| across seeds | n | mean | median | IQM | 95 % CI of the mean | min | max |"]
     lines.append("|---|---|---|---|---|---|---|---|")
-    labels = {
-        "eval_return": "evaluated return",
-        "time_to_target_s": "time to target (s)",
-        "wall_s": "wall (s)",
-    }
-    for key, label in labels.items():
-        s = agg[key]
+    stats = {first: agg["eval_return"]}
+    by_policy = agg.get("eval_return_by_policy") or {}
+    stats.update({f"evaluated, {p}": by_policy[p] for p in further if p in by_policy})
+    stats["time to target (s)"] = agg["time_to_target_s"]
+    stats["wall (s)"] = agg["wall_s"]
+    for label, s in stats.items():
         ci = s["ci95"]
-        n = f"{s['n']}" + (f" of {s['of']} reached" if key == "time_to_target_s" else "")
+        n = f"{s['n']}" + (f" of {s['of']} reached" if "reached" in s else "")
         ci_text = f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "—"
         lines.append(
             f"| {label} | {n} | {_fmt(s['mean'])} | {_fmt(s['median'])} | {_fmt(s['iqm'])} | "
@@ -200,6 +219,7 @@ def _row(seed: int, summary: dict[str, Any]) -> dict[str, Any]:
         "eval_return": eval_return,
         "eval_policy": evaluation[0]["policy"] if evaluation else None,
         "eval_episodes": evaluation[0]["episodes"] if evaluation else None,
+        "eval_returns": {e["policy"]: e["mean_return"] for e in evaluation},
         "window_return": summary.get("mean_return"),
         "target_return": target,
         "solved": None if target is None or eval_return is None else eval_return >= target,
@@ -380,11 +400,38 @@ def _seeds_on_ray(
 def _finished(seed: int, proc: subprocess.Popen, log_path: Path) -> dict[str, Any]:
     """The row of a child that ended: its summary (the last line of its ``--json`` output),
     or "crashed" with the last line of its log."""
-    lines = log_path.with_suffix(".json").read_text(errors="replace").strip().splitlines()
-    if proc.returncode == 0 and lines:
+    return _seed_row(seed, log_path, proc.returncode)
+
+
+def _seed_row(seed: int, log_path: Path, returncode: int | None) -> dict[str, Any]:
+    """A seed's row from its files: ``seed-N.json``'s summary line, or "crashed" with the
+    last line of ``seed-N.log`` (``returncode`` None: not known, only the files say)."""
+    summary = log_path.with_suffix(".json")
+    lines = summary.read_text(errors="replace").strip().splitlines() if summary.is_file() else []
+    if returncode in (0, None) and lines:
         try:
             return _row(seed, json.loads(lines[-1]))
         except (json.JSONDecodeError, KeyError):
             pass
-    error = _last_line_error(log_path.read_text(errors="replace"))
-    return {"seed": seed, "status": "crashed", "error": f"exit {proc.returncode}: {error}"}
+    error = _last_line_error(log_path.read_text(errors="replace")) if log_path.is_file() else ""
+    exit_text = "no summary" if returncode is None else f"exit {returncode}"
+    return {"seed": seed, "status": "crashed", "error": f"{exit_text}: {error}"}
+
+
+def reaggregate(parent: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Write ``aggregate.json`` and ``aggregate.md`` of a finished ``--seeds`` parent
+    directory again, from its seeds' summaries (``seed-N.json``), with the statistics this
+    version computes: for runs made by an older one. Returns (per-seed rows, aggregate).
+    ValueError if ``parent`` holds no seed."""
+    parent = Path(parent)
+    seeds = sorted(int(m.group(1)) for f in parent.glob("seed-*.json")
+                   if (m := re.fullmatch(r"seed-(\d+)\.json", f.name)))  # fmt: skip
+    if not seeds:
+        raise ValueError(f"{parent}: expected the parent directory of an rlpar train --seeds "
+                         "run (seed-N.json files), found none")  # fmt: skip
+    rows = [_seed_row(s, parent / f"seed-{s}.log", None) for s in seeds]
+    agg = aggregate(rows)
+    name = parent.resolve().parent.name  # <logdir>/<name>/seeds-<timestamp>/
+    write_atomically(parent / "aggregate.json", json.dumps({"rows": rows, **agg}, indent=2))
+    write_atomically(parent / "aggregate.md", format_aggregate(name, rows, agg))
+    return rows, agg
