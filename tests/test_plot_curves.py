@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from rlpar.app.monitor import EventWriter
-from rlpar.app.plot import find_runs, parse_refs, read_curve, seed_band
+from rlpar.app.plot import find_runs, panel_title, parse_refs, read_curve, seed_band
 
 
 def write_run(run_dir: Path, points: dict[int, float]) -> None:
@@ -49,8 +49,13 @@ def test_a_group_is_a_run_or_a_folder_of_runs(tmp_path) -> None:
     (tmp_path / "seeds" / "seed-0.log").write_text("not a run")
     assert find_runs(tmp_path / "seeds") == [tmp_path / "seeds" / f"seed-{s}" for s in (0, 1)]
     assert find_runs(tmp_path / "seeds" / "seed-1") == [tmp_path / "seeds" / "seed-1"]
+    # <logdir>/<name>/ holding a --seeds parent: the parent's runs
+    assert find_runs(tmp_path) == [tmp_path / "seeds" / f"seed-{s}" for s in (0, 1)]
+    (tmp_path / "empty" / "inside").mkdir(parents=True)
     with pytest.raises(ValueError, match="no run directories"):
-        find_runs(tmp_path)
+        find_runs(tmp_path / "empty")
+    assert panel_title(tmp_path / "cartpole" / "seeds-20261206-0435") == "cartpole"
+    assert panel_title(tmp_path / "seeds" / "seed-1") == "seed-1"
     with pytest.raises(ValueError, match="got no folder"):
         find_runs(tmp_path / "missing")
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["find_runs", "plot_groups", "read_curve", "seed_band"]
+__all__ = ["find_runs", "panel_title", "plot_groups", "read_curve", "seed_band"]
 
 X_AXES = ("steps", "seconds")
 
@@ -68,7 +68,8 @@ def _is_run(path: Path) -> bool:
 
 def find_runs(group: str | Path) -> list[Path]:
     """The run directories of ``group``: itself when it is one, else its subfolders that are
-    (sorted). ValueError when there are none."""
+    (sorted), else those of its subfolders (``<logdir>/<name>/`` holding ``rlpar train
+    --seeds`` parents). ValueError when there are none."""
     path = Path(group)
     if not path.is_dir():
         raise ValueError(f"{path}: expected a run directory or a folder of them, got no folder")
@@ -76,8 +77,16 @@ def find_runs(group: str | Path) -> list[Path]:
         return [path]
     runs = sorted(p for p in path.iterdir() if _is_run(p))
     if not runs:
+        runs = sorted(q for p in path.iterdir() if p.is_dir() for q in p.iterdir() if _is_run(q))
+    if not runs:
         raise ValueError(f"{path}: no run directories (folders with TensorBoard event files)")
     return runs
+
+
+def panel_title(group: Path) -> str:
+    """A group's name: the experiment's for an ``rlpar train --seeds`` parent
+    (``<name>/seeds-<timestamp>``), else the folder's own."""
+    return group.resolve().parent.name if group.name.startswith("seeds-") else group.name
 
 
 def parse_refs(values: Sequence[str] | None, n: int) -> list[float | None]:
@@ -125,7 +134,7 @@ def plot_groups(
             ax.fill_between(grid, low, high, alpha=0.3, label="min–max")
         if ref is not None:
             ax.axhline(ref, color="gray", linestyle="--", label=ref_label)
-        ax.set_title(folder.name)
+        ax.set_title(panel_title(folder))
         ax.set_xlabel("env steps" if x == "steps" else "wall seconds")
         ax.set_ylabel(tag)
         ax.legend(loc="lower right", fontsize="small")
