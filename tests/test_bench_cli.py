@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,13 +21,14 @@ from rlpar import amx_available
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
-def rlpar(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+def rlpar(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "rlpar", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
+        env=env,
     )
 
 
@@ -157,7 +159,11 @@ def test_bench_without_json_prints_a_table(tmp_path) -> None:
 
 
 def test_bench_runtime_and_envs_json(tmp_path) -> None:
-    r = last_json(rlpar(tmp_path, "bench", "runtime", "--json", "--quick"))
+    # The release threshold pinned to its floor: measured at import, it rises with the hand-off
+    # cost of a loaded machine (up to 16 Mflop), above the small learner steps' work, which then
+    # keep the GIL and count no released call (seen once in CI's debug-build run).
+    pinned = {**os.environ, "RLPAR_GIL_RELEASE_THRESHOLD": "70000"}
+    r = last_json(rlpar(tmp_path, "bench", "runtime", "--json", "--quick", env=pinned))
     assert set(r["env_steps_per_s"]) == {"1", "2"} == set(r["with_learner"])
     assert all(v > 0 for v in r["env_steps_per_s"].values())
     e = last_json(rlpar(tmp_path, "bench", "envs", "--json", "--quick"))
