@@ -126,6 +126,7 @@ def test_fused_learn_equals_the_separate_calls_bit_for_bit(monkeypatch, case, ne
         assert fused["bound_loss"] > 0  # the penalty was in the step
 
 
+@pytest.mark.usefixtures("release_floor")
 def test_one_native_call_per_optimizer_step() -> None:
     """The GIL is released once per train_step: the learner holds it only to enter and leave."""
     agent, net, state, batch = setup("appo", t=16, n=16, epochs=3, minibatches=4)
@@ -283,6 +284,7 @@ def test_threads_step_their_own_states_on_one_net_at_once() -> None:
         np.testing.assert_array_equal(together[i], alone[i])
 
 
+@pytest.mark.usefixtures("release_floor")
 def test_the_rows_split_steps_natively_close_to_the_separate_calls() -> None:
     """On the learner's threads (a conv torso splits its rows), the fused step's clipping
     norm is summed on one thread, the separate calls' in slices: the same step up to rounding."""
