@@ -141,16 +141,19 @@ def test_reaggregate_rebuilds_a_parent_from_its_seeds_summaries(tmp_path: Path) 
         (parent / f"seed-{seed}.json").write_text(f"progress...\n{line}\n")
     (parent / "seed-1.json").write_text("")  # a seed that crashed: no summary line
     (parent / "seed-1.log").write_text("Traceback ...\nRuntimeError: boom\n")
-    (parent / "aggregate.json").write_text("{}")  # an older version's, written again
+    # An older version's aggregate, written again; seed 3 crashed in a Ray task (no file).
+    ray_crash = {"seed": 3, "status": "crashed", "error": "RayTaskError: lost"}
+    (parent / "aggregate.json").write_text(json.dumps({"rows": [ray_crash]}))
     rows, agg = reaggregate(parent)
-    assert [r["seed"] for r in rows] == [0, 1, 2] and agg["crashed"] == [1]
+    assert [r["seed"] for r in rows] == [0, 1, 2, 3] and agg["crashed"] == [1, 3]
+    assert rows[3] == ray_crash
     assert rows[1]["status"] == "crashed" and "RuntimeError: boom" in rows[1]["error"]
     assert agg["eval_return"]["mean"] == 12.0
     assert agg["eval_return_by_policy"]["greedy"]["mean"] == 30.0
     saved = json.loads((parent / "aggregate.json").read_text())
     assert saved["rows"] == rows and saved["eval_return_by_policy"] == agg["eval_return_by_policy"]
     md = (parent / "aggregate.md").read_text()
-    assert md.startswith("# two_policies: 3 seeds") and "| 1 | crashed: no summary: " in md
+    assert md.startswith("# two_policies: 4 seeds") and "| 1 | crashed: no summary: " in md
 
 
 CONFIG = """name = "seeds"

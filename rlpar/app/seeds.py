@@ -418,18 +418,32 @@ def _seed_row(seed: int, log_path: Path, returncode: int | None) -> dict[str, An
     return {"seed": seed, "status": "crashed", "error": f"{exit_text}: {error}"}
 
 
+def _earlier_rows(path: Path) -> list[dict[str, Any]]:
+    """The per-seed rows of an existing ``aggregate.json`` (none if it is missing or unreadable)."""
+    try:
+        rows = json.loads(path.read_text()).get("rows", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [r for r in rows if isinstance(r, dict) and isinstance(r.get("seed"), int)]
+
+
 def reaggregate(parent: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Write ``aggregate.json`` and ``aggregate.md`` of a finished ``--seeds`` parent
     directory again, from its seeds' summaries (``seed-N.json``), with the statistics this
     version computes: for runs made by an older one. Returns (per-seed rows, aggregate).
     ValueError if ``parent`` holds no seed."""
     parent = Path(parent)
-    seeds = sorted(int(m.group(1)) for f in parent.glob("seed-*.json")
-                   if (m := re.fullmatch(r"seed-(\d+)\.json", f.name)))  # fmt: skip
+    # A seed that crashed in a Ray task left no file: its row in the earlier aggregate says so.
+    earlier = {r["seed"]: r for r in _earlier_rows(parent / "aggregate.json")}
+    files = {int(m.group(1)) for f in parent.glob("seed-*.*")
+             if (m := re.fullmatch(r"seed-(\d+)\.(json|log)", f.name))}  # fmt: skip
+    seeds = sorted(files | set(earlier))
     if not seeds:
         raise ValueError(f"{parent}: expected the parent directory of an rlpar train --seeds "
                          "run (seed-N.json files), found none")  # fmt: skip
-    rows = [_seed_row(s, parent / f"seed-{s}.log", None) for s in seeds]
+    rows = [
+        _seed_row(s, parent / f"seed-{s}.log", None) if s in files else earlier[s] for s in seeds
+    ]
     agg = aggregate(rows)
     name = parent.resolve().parent.name  # <logdir>/<name>/seeds-<timestamp>/
     write_atomically(parent / "aggregate.json", json.dumps({"rows": rows, **agg}, indent=2))
