@@ -8,7 +8,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CategoricalSampler', 'HeadSpec', 'LayerSpec', 'Net', 'NetSpec', 'Snapshot', 'SnapshotStore', 'StepLoop', 'Tape', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_calibration', 'gil_meter', 'gil_release_threshold', 'global_norm', 'native_env_names', 'ppo_loss', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
+__all__: list[str] = ['CategoricalSampler', 'HeadSpec', 'LayerSpec', 'Net', 'NetSpec', 'Snapshot', 'SnapshotStore', 'StepLoop', 'Tape', 'TicketQueue', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_calibration', 'gil_meter', 'gil_release_threshold', 'global_norm', 'native_env_names', 'ppo_loss', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
 def amx_available() -> bool:
     """
     True when this CPU and OS run Intel AMX-BF16 tiles, which LSTM(matmul='bf16x3') needs.
@@ -316,6 +316,29 @@ class CategoricalSampler:
         """
     @state.setter
     def state(self, arg1: typing.Annotated[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], "FixedSize(4)"]) -> None:
+        ...
+class TicketQueue:
+    """
+    A FIFO of int tickets between threads (rlpar/ticket_queue.h) whose blocking waits and wake-ups run without the GIL; rlpar.runtime.handoff.HandOff carries Python objects through it.
+    """
+    def __init__(self, maxsize: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        """
+        At most maxsize tickets queued (0: no bound).
+        """
+    def get(self, timeout: float | None = None) -> int | None:
+        """
+        The oldest ticket, waiting at most timeout seconds for one (None: no limit, 0: do not wait); None on timeout.
+        """
+    def put(self, ticket: typing.SupportsInt | typing.SupportsIndex, timeout: float | None = None) -> bool:
+        """
+        Append ticket, waiting at most timeout seconds for room (None: no limit, 0: do not wait). True if appended.
+        """
+    def qsize(self) -> int:
+        """
+        Tickets queued now.
+        """
+    @property
+    def maxsize(self) -> int:
         ...
 class TrainLoss:
     """

@@ -60,7 +60,8 @@ inline constexpr int64_t kCpuClockAfterNs = 100000;
 
 struct GilMeter {
   int64_t released_ns = 0;      // from the release to the request to re-take the GIL
-  int64_t released_cpu_ns = 0;  // the thread's CPU time over the same spans (see above)
+  int64_t released_cpu_ns = 0;  // the thread's CPU time over the same spans (see above), and
+                                // in blocking scopes (a queue's waits: see CallScope)
   int64_t wait_ns = 0;          // inside the re-take: another thread held the GIL
   int64_t calls = 0;            // calls that released the GIL
   bool last_was_long = false;   // the previous released call took over kCpuClockAfterNs
@@ -92,9 +93,14 @@ inline int64_t thread_cpu_ns() {
 // consistent), so the exit hook either sees this call in flight or this call sees the flag.
 // After the hook, calls keep the GIL, and calls that would run Python layers raise.
 // Construct it in a statement of its own that creates no Python temporaries (see want_release).
+//
+// A scope made with `blocking` (a queue's wait, a wake-up: TicketQueue) releases the GIL to wait
+// rather than to work: its CPU time (the kernel's, blocking and waking) counts as spent outside
+// the GIL, like a native call's, but its wall time is not native work, so it adds to neither
+// released_ns nor the long-call rule; the re-take's wait counts as for any call.
 class CallScope {
  public:
-  CallScope(bool release, bool runs_python) {
+  CallScope(bool release, bool runs_python, bool blocking = false) : blocking_(blocking) {
     if (!release && !runs_python) return;
     g_released_calls.fetch_add(1);
     if (g_closing.load()) {
@@ -108,7 +114,7 @@ class CallScope {
     if (release) {
       released_.emplace();
       released_at_ = now_ns();
-      if (thread_gil_meter().last_was_long) released_cpu_at_ = thread_cpu_ns();
+      if (blocking || thread_gil_meter().last_was_long) released_cpu_at_ = thread_cpu_ns();
     }
   }
   ~CallScope() {
@@ -118,9 +124,11 @@ class CallScope {
       const int64_t done = now_ns();
       released_.reset();  // re-takes the GIL
       const int64_t wall = done - released_at_;
-      meter.released_ns += wall;
       meter.released_cpu_ns += cpu >= 0 ? cpu : wall;
-      meter.last_was_long = wall > kCpuClockAfterNs;
+      if (!blocking_) {
+        meter.released_ns += wall;
+        meter.last_was_long = wall > kCpuClockAfterNs;
+      }
       meter.wait_ns += now_ns() - done;
       meter.calls += 1;
     }
@@ -131,6 +139,7 @@ class CallScope {
 
  private:
   bool counted_ = false;
+  bool blocking_ = false;
   int64_t released_at_ = 0;
   int64_t released_cpu_at_ = -1;  // -1: the CPU clock was not read for this call
   std::optional<py::gil_scoped_release> released_;

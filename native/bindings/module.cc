@@ -65,6 +65,7 @@ PYBIND11_MODULE(_native, m) {
   rlpar_py::bind_losses(m);
   rlpar_py::bind_train_step(m);
   rlpar_py::bind_step_loop(m);
+  rlpar_py::bind_ticket_queue(m);
   rlpar_py::bind_gil_calibration(m);
   // Before any call decides about the GIL: hand-off cost x kernel speed (gil_calibration.cc).
   rlpar_py::calibrate_release_threshold();

@@ -12,7 +12,6 @@ same loop over column ranges).
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -32,6 +31,7 @@ from rlpar.runtime.common import (
     EpisodeLog,
     EpisodeSink,
     FusedEnvs,
+    ItemQueue,
     queue_get,
     queue_put,
 )
@@ -44,6 +44,7 @@ from rlpar.runtime.envs import (
     storage_dtype,
 )
 from rlpar.runtime.gil_meter import ThreadMeter
+from rlpar.runtime.handoff import HandOff
 from rlpar.snapshot import SnapshotStore
 
 __all__ = ["Actor", "LocalActors"]
@@ -90,7 +91,7 @@ class Actor:
         self.store = store
         self.actions = ActionAdapter(envs.single_action_space)
         self.num_envs = envs.num_envs
-        self.free: queue.Queue[Rollout] = queue.Queue()
+        self.free: HandOff[Rollout] = HandOff()
         for r in _allocate(index, envs, self.actions, net, unroll_length, num_buffers):
             self.free.put(r)
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, index, 1 << 20]))
@@ -139,7 +140,7 @@ class Actor:
     def run(
         self,
         stop: threading.Event,
-        out_queue: queue.Queue[Rollout],
+        out_queue: ItemQueue[Rollout],
         episodes: EpisodeLog,
         wait_for_version: Callable[[int], bool] | None = None,
         rollouts_per_version: int = 1,
@@ -156,7 +157,7 @@ class Actor:
     def _run(
         self,
         stop: threading.Event,
-        out_queue: queue.Queue[Rollout],
+        out_queue: ItemQueue[Rollout],
         episodes: EpisodeLog,
         wait_for_version: Callable[[int], bool] | None,
         rollouts_per_version: int,

@@ -28,6 +28,7 @@ __all__ = [
     "EpisodeLog",
     "EpisodeSink",
     "FusedEnvs",
+    "ItemQueue",
     "RecentLog",
     "ResumableEnvs",
     "queue_get",
@@ -39,7 +40,18 @@ POLL_S = 0.05  # how often a blocked thread looks at the stop flag
 T = TypeVar("T")
 
 
-def queue_get(q: queue.Queue[T], stop: threading.Event) -> T | None:
+class ItemQueue(Protocol[T]):
+    """What the runtime's threads hand items through: a `queue.Queue` or a
+    `rlpar.runtime.handoff.HandOff` (its waits outside the GIL)."""
+
+    def get(self, block: bool = True, timeout: float | None = None) -> T: ...
+
+    def put(self, item: T, block: bool = True, timeout: float | None = None) -> None: ...
+
+    def qsize(self) -> int: ...
+
+
+def queue_get(q: ItemQueue[T], stop: threading.Event) -> T | None:
     """The next item of ``q``, or None once ``stop`` is set (never blocks past `POLL_S`)."""
     while not stop.is_set():
         try:
@@ -49,7 +61,7 @@ def queue_get(q: queue.Queue[T], stop: threading.Event) -> T | None:
     return None
 
 
-def queue_put(q: queue.Queue[T], item: T, stop: threading.Event) -> bool:
+def queue_put(q: ItemQueue[T], item: T, stop: threading.Event) -> bool:
     """Put ``item`` into ``q``; False (not put) once ``stop`` is set."""
     while not stop.is_set():
         try:
@@ -148,14 +160,17 @@ class ActorHandle(Protocol):
     or its stand-in on the driver for an actor thread in a Ray process (`RemoteActor`)."""
 
     index: int
-    #: rollout buffers (or slots) the learner hands back after using them
-    free: queue.Queue
+
+    @property
+    def free(self) -> ItemQueue:
+        """Rollout buffers (or slots) the learner hands back after using them."""
+
     stats: ActorStats
 
     def run(
         self,
         stop: threading.Event,
-        out_queue: queue.Queue[Rollout],
+        out_queue: ItemQueue[Rollout],
         episodes: EpisodeLog,
         wait_for_version: Callable[[int], bool] | None = None,
         rollouts_per_version: int = 1,

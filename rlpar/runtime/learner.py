@@ -14,7 +14,7 @@ import numpy as np
 from rlpar.agent import Agent, LearnerState
 from rlpar.data import Batch, Rollout
 from rlpar.nn import Net
-from rlpar.runtime.common import POLL_S, ActorHandle, EpisodeLog
+from rlpar.runtime.common import POLL_S, ActorHandle, EpisodeLog, ItemQueue
 from rlpar.runtime.gil_meter import GilTimes, ThreadMeter
 from rlpar.snapshot import SnapshotStore
 
@@ -42,8 +42,17 @@ class LearnerStats:
     metrics: dict[str, float] = field(default_factory=dict)
     gil: GilTimes = field(default_factory=GilTimes)
     """The learner thread's GIL meter since it started, as of its last step."""
-    last_actions: np.ndarray | None = None
-    """The valid actions of the last batch, [M] or [M, A] (for the monitor's histogram)."""
+    last_batch: tuple[np.ndarray, np.ndarray] | None = None
+    """The last batch's actions and mask, [T, N] or [T, N, A] and [T, N] (`last_actions`)."""
+
+    @property
+    def last_actions(self) -> np.ndarray | None:
+        """The valid actions of the last batch, [M] or [M, A] (for the monitor's histogram;
+        selected when read, not on every learner step)."""
+        if self.last_batch is None:
+            return None
+        actions, mask = self.last_batch
+        return actions[mask]
 
 
 class VersionClock:
@@ -107,7 +116,7 @@ class Learner:
     def run(
         self,
         stop: threading.Event,
-        in_queue: queue.Queue[Rollout],
+        in_queue: ItemQueue[Rollout],
         hooks: Sequence[LearnerHook] = (),
     ) -> None:
         """Step until ``stop`` is set, running ``hooks`` in order after every step: between two
@@ -147,19 +156,20 @@ class Learner:
         t1 = time.perf_counter()
         if not self.store.publish(self.state.params, version=self.version):
             s.skipped_publishes += 1
-        self.clock.advance(self.version)
+        if self.deterministic:  # only deterministic actors wait for versions
+            self.clock.advance(self.version)
         s.publish_s += time.perf_counter() - t1
         s.learn_s += t1 - t0
         s.steps += 1
         s.samples += batch.rewards.size
-        lags = batch.policy_lag.tolist()  # Python ints: np.mean and np.max cost ~10 us here
+        lags = [batch.learner_version - r.version for r in rollouts]  # np.mean/max: ~10 us
         s.lag_mean = sum(lags) / len(lags)
         s.lag_max = max(lags)
         s.metrics = metrics
-        s.last_actions = batch.actions[batch.mask]
+        s.last_batch = (batch.actions, batch.mask)  # the batch is the learner's own copy
         return metrics
 
-    def _gather(self, stop: threading.Event, in_queue: queue.Queue[Rollout]) -> list | None:
+    def _gather(self, stop: threading.Event, in_queue: ItemQueue[Rollout]) -> list | None:
         rollouts: list[Rollout] = []
         t0 = time.perf_counter()
         while len(rollouts) < self.batch_rollouts:

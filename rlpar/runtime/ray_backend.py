@@ -61,7 +61,14 @@ from rlpar.config import EnvConfig, RuntimeConfig
 from rlpar.data import ARRAY_FIELDS, Rollout
 from rlpar.nn import Net
 from rlpar.runtime.actor import Actor
-from rlpar.runtime.common import POLL_S, ActorStats, EpisodeLog, queue_get, queue_put
+from rlpar.runtime.common import (
+    POLL_S,
+    ActorStats,
+    EpisodeLog,
+    ItemQueue,
+    queue_get,
+    queue_put,
+)
 from rlpar.runtime.env_setup import add_import_folders, import_folders, run_setup
 from rlpar.runtime.envs import make_actor_envs, storage_dtype
 from rlpar.snapshot import SnapshotStore
@@ -340,7 +347,7 @@ class RemoteActor:
     def run(
         self,
         stop: threading.Event,
-        out_queue: queue.Queue[Rollout],
+        out_queue: ItemQueue[Rollout],
         episodes: EpisodeLog,
         wait_for_version: Callable[[int], bool] | None = None,
         rollouts_per_version: int = 1,
@@ -422,7 +429,7 @@ class RemoteActor:
         self,
         reply: dict[str, Any],
         stop: threading.Event,
-        out_queue: queue.Queue[Rollout],
+        out_queue: ItemQueue[Rollout],
         episodes: EpisodeLog,
     ) -> bool:
         if stop.is_set():  # the run has ended: its result counts nothing more

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -58,6 +57,7 @@ from rlpar.runtime.checkpointing import (
 from rlpar.runtime.common import ActorHandle, RecentLog
 from rlpar.runtime.counters import RunCounters
 from rlpar.runtime.evaluator import EvalPoint, build_evaluators
+from rlpar.runtime.handoff import HandOff
 from rlpar.runtime.learner import Learner, LearnerHook, LearnerStats, VersionClock
 from rlpar.runtime.reports import GilBoundCheck, Progress, RunResult, gil_shares, measure_progress
 from rlpar.runtime.stop_rules import Rule, StopVerdict, TargetCheck, stop_rules
@@ -65,6 +65,7 @@ from rlpar.runtime.threads import RunThreads, SignalStop, note_thread_error, sup
 from rlpar.snapshot import SnapshotStore
 
 if TYPE_CHECKING:
+    from rlpar.data import Rollout
     from rlpar.runtime.ray_backend import RayActors
 
 __all__ = ["EvalPoint", "Progress", "RunResult", "Runner", "TargetCheck"]
@@ -153,7 +154,7 @@ class Runner:
         learned = LearnerStats() if cfg.deterministic else None
         self.counters = RunCounters(resumed_counters, self.actors, learned)
         self.episodes = self.counters.episodes
-        self.queue: queue.Queue = queue.Queue(maxsize=cfg.num_actors * cfg.buffers_per_actor)
+        self.queue: HandOff[Rollout] = HandOff(maxsize=cfg.num_actors * cfg.buffers_per_actor)
         self._verdict = StopVerdict(self.stop)
         self.learner = _learner(cfg, self.agent, self.net, self.state, self.store, self.counters)
         self.clock = self.learner.clock
