@@ -319,7 +319,7 @@ class CategoricalSampler:
         ...
 class TicketQueue:
     """
-    A FIFO of int tickets between threads (rlpar/ticket_queue.h) whose blocking waits and wake-ups run without the GIL; rlpar.runtime.handoff.HandOff carries Python objects through it.
+    A FIFO of int tickets between threads (rlpar/ticket_queue.h) whose blocking waits and wake-ups run without the GIL; rlpar.runtime.handoff.HandOff carries Python objects through it. Once the interpreter exits, a wait gives up at once (as a timeout).
     """
     def __init__(self, maxsize: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """

@@ -134,6 +134,7 @@ class CallScope {
     }
     if (counted_) g_released_calls.fetch_sub(1);
   }
+  bool released() const { return released_.has_value(); }  // false once the exit hook ran
   CallScope(const CallScope&) = delete;
   CallScope& operator=(const CallScope&) = delete;
 

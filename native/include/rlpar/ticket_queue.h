@@ -1,12 +1,10 @@
 // rlpar/ticket_queue.h — a blocking FIFO of integer tickets between threads, with no Python.
 //
 // The runtime hands rollouts from actor threads to the learner and back through two kinds of
-// queue (the learner's inbox and each actor's free buffers). In Python, queue.Queue's put wakes
-// a blocked getter with the GIL held (a futex wake: ~30 us of the learner's GIL-held time per
-// step on a 2-vCPU VM), and its blocking get spends kernel time that reads as held time. Here
-// the items are tickets (slot numbers of a table the Python side keeps), so the blocking waits
-// and the wake-ups can run without the GIL: the binding releases it only to block, or to wake a
-// thread that is waiting, and keeps it for the common uncontended push and pop.
+// queue (the learner's inbox and each actor's free buffers). The items are tickets (slot numbers
+// of a table the Python side keeps: rlpar/runtime/handoff.py), so a blocking wait and the
+// wake-up of a blocked thread can run without the GIL; the binding keeps the GIL for the common
+// uncontended push and pop.
 //
 //     rlpar::TicketQueue q(8);        // at most 8 tickets queued (0: no bound)
 //     bool wake = false;
