@@ -6,6 +6,8 @@ the other side; a wait counts as neither held GIL time nor native work in the GI
 from __future__ import annotations
 
 import queue
+import subprocess
+import sys
 import threading
 import time
 
@@ -137,3 +139,30 @@ def test_a_blocked_put_wakes_when_room_is_made() -> None:
     assert put_done.wait(10.0)
     t.join(timeout=10)
     assert q.get(timeout=1.0) == 2
+
+
+def test_a_wait_after_the_exit_hook_gives_up_instead_of_hanging() -> None:
+    # An atexit handler registered before rlpar's own runs after it: by then the GIL is no
+    # longer released, so a wait would hold it forever; it must give up at once.
+    code = """
+import atexit, queue, sys
+
+def late():
+    from rlpar.runtime.handoff import HandOff
+    q = HandOff(maxsize=1)
+    try:
+        q.get()
+    except queue.Empty:
+        print("get gave up", flush=True)
+    q.put(1)
+    try:
+        q.put(2)
+    except queue.Full:
+        print("put gave up", flush=True)
+
+atexit.register(late)
+import rlpar.runtime.handoff  # rlpar's exit hook: registered after, so it runs first
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["get", "gave", "up", "put", "gave", "up"]
