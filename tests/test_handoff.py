@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -141,7 +142,7 @@ def test_a_blocked_put_wakes_when_room_is_made() -> None:
     assert q.get(timeout=1.0) == 2
 
 
-def test_a_wait_after_the_exit_hook_gives_up_instead_of_hanging() -> None:
+def test_a_wait_after_the_exit_hook_gives_up_instead_of_hanging(tmp_path: Path) -> None:
     # An atexit handler registered before rlpar's own runs after it: by then the GIL is no
     # longer released, so a wait would hold it forever; it must give up at once.
     code = """
@@ -163,6 +164,8 @@ def late():
 atexit.register(late)
 import rlpar.runtime.handoff  # rlpar's exit hook: registered after, so it runs first
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(  # not from the checkout, whose rlpar/ has no compiled core
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["get", "gave", "up", "put", "gave", "up"]
