@@ -188,25 +188,41 @@ class Appo(ActorCriticAgent):
         c.optim.schedule(state, batch)  # this batch's learning rate
         stats = self._restore_value_stats(state)
         loss, data = self.step_loss(batch)  # the native PPO loss, the loss's rewards
-        parts: list[dict[str, float]] = []
-        for epoch in range(c.epochs):
-            order = rlpar.minibatch_columns(
-                batch, c.minibatches, state.rng, key="agent.minibatches"
+        if stats is None:
+            # every epoch's minibatches drawn up front (the same draws in the same order as
+            # one epoch at a time), then all the optimizer steps as one native call: out =
+            # net(x_0..x_T) -> targets, clipped surrogate -> backward -> clip -> optimizer on
+            # each minibatch's columns in turn
+            steps: list[np.ndarray | None] = []
+            for _ in range(c.epochs):
+                order = rlpar.minibatch_columns(
+                    batch, c.minibatches, state.rng, key="agent.minibatches"
+                )
+                steps += order if len(order) > 1 else [None]
+            self.native_loss.value_mean, self.native_loss.value_std = 0.0, 1.0
+            parts = rlpar.train_steps(
+                net, state, data, loss, max_grad_norm=c.optim.max_grad_norm, columns=steps
             )
-            for cols in order:
-                value = (stats.mean, stats.std) if stats else (0.0, 1.0)
-                self.native_loss.value_mean, self.native_loss.value_std = value
-                # out = net(x_0..x_T) -> targets, clipped surrogate -> backward -> clip ->
-                # optimizer on the minibatch's columns, one native call
-                metrics = rlpar.train_step(
-                    net, state, data, loss, max_grad_norm=c.optim.max_grad_norm,
-                    columns=cols if len(order) > 1 else None,
-                )  # fmt: skip
-                if stats is not None and epoch == 0:  # each target counted once
-                    stats.update(
-                        metrics["target_mean"], metrics["target_sq_mean"], metrics["valid_steps"]
-                    )
-                parts.append(metrics)
+        else:
+            # normalised values: each minibatch of the first epoch updates the statistics
+            # the next one's targets are scaled by, so one native call per minibatch
+            parts = []
+            for epoch in range(c.epochs):
+                order = rlpar.minibatch_columns(
+                    batch, c.minibatches, state.rng, key="agent.minibatches"
+                )
+                for cols in order:
+                    self.native_loss.value_mean, self.native_loss.value_std = stats.mean, stats.std
+                    metrics = rlpar.train_step(
+                        net, state, data, loss, max_grad_norm=c.optim.max_grad_norm,
+                        columns=cols if len(order) > 1 else None,
+                    )  # fmt: skip
+                    if epoch == 0:  # each target counted once
+                        stats.update(
+                            metrics["target_mean"], metrics["target_sq_mean"],
+                            metrics["valid_steps"],
+                        )  # fmt: skip
+                    parts.append(metrics)
         if stats is not None:
             state.extra[VALUE_NORM_KEY] = stats.as_dict()
         out = _combine(parts)

@@ -11,12 +11,12 @@ Public API (everything a user or a plug-in agent needs is importable from here):
   `Progress`, configs `EnvConfig`, `RuntimeConfig`, `EvalConfig`;
 - the learner step: `loss_gradient` (forward -> an agent's `Loss` -> backward, over the
   learner's threads) and `learner_split` (how it shares them), `train_step` (gradient, clip,
-  optimizer: one native call for a `NativeLoss`), `minibatches` and `minibatch_columns`
-  (epochs x minibatches of whole unrolls), the native losses `actor_critic_loss` (its
-  `LossOptions`) and `ppo_loss` (its `PpoOptions`), `NativeLoss` (either as a `Loss`),
-  `bound_penalty`, `ShardPool` (the threads of a learner step: batch
-  rows inside the net's calls, or column shards) and `ThreadPool` (native intra-op threads for
-  `Net` calls);
+  optimizer: one native call for a `NativeLoss`) and `train_steps` (several in a row, one
+  call), `minibatches` and `minibatch_columns` (epochs x minibatches of whole unrolls), the
+  native losses `actor_critic_loss` (its `LossOptions`) and `ppo_loss` (its `PpoOptions`),
+  `NativeLoss` (either as a `Loss`), `bound_penalty`, `ShardPool` (the threads of a learner
+  step: batch rows inside the net's calls, or column shards) and `ThreadPool` (native
+  intra-op threads for `Net` calls);
 - evaluation: `evaluate_policy` (play whole episodes with one parameter vector) and its
   `Evaluation`; a run's final parameters are `Runner.params` after `Runner.run`;
 - plug-ins: `register_agent`, `make_agent`, `registered_agents`, `register_env`,
@@ -47,6 +47,7 @@ from rlpar.learner_step import (
     minibatch_columns,
     minibatches,
     train_step,
+    train_steps,
 )
 from rlpar.losses import (
     LossOptions,
@@ -156,4 +157,5 @@ __all__ = [
     "set_gil_release_threshold",
     "skip_nonfinite_step",
     "train_step",
+    "train_steps",
 ]

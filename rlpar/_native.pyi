@@ -428,6 +428,10 @@ def train_step(net: Net, params: typing.Any, grad: typing.Any, loss: TrainLoss, 
     """
     One optimizer step of a built-in loss on a batch's columns as one call: gather, forward, loss, backward, clip, optimizer (native/include/rlpar/train_step.h). Returns (metrics, grad_norm, applied).
     """
+def train_steps(net: Net, params: typing.Any, grad: typing.Any, loss: TrainLoss, obs: typing.Any, behaviour: typing.Any, actions: typing.Any, rewards: typing.Any, terminated: typing.Any, truncated: typing.Any, mask: typing.Any, core_state: typing.Any, columns: collections.abc.Sequence, *, value_mean: typing.SupportsFloat | typing.SupportsIndex, value_std: typing.SupportsFloat | typing.SupportsIndex, max_grad_norm: typing.SupportsFloat | typing.SupportsIndex, optimizer: tuple, pool: typing.Any) -> list:
+    """
+    train_step on each of columns (a sequence of int64 [M] or None) in turn as one call (PPO's epochs x minibatches), the optimizer's step count advancing with each step taken; stops after a step whose gradient was not finite. Returns a list of (metrics, grad_norm, applied), one per step run.
+    """
 def rmsprop_step(params: typing.Any, grad: typing.Any, square_avg: typing.Any, grad_avg: typing.Any, momentum_buffer: typing.Any, lr: typing.SupportsFloat | typing.SupportsIndex, alpha: typing.SupportsFloat | typing.SupportsIndex, eps: typing.SupportsFloat | typing.SupportsIndex, momentum: typing.SupportsFloat | typing.SupportsIndex, weight_decay: typing.SupportsFloat | typing.SupportsIndex, release_gil: typing.Any = None) -> None:
     ...
 def set_gil_release_threshold(flops: typing.SupportsFloat | typing.SupportsIndex) -> None:

@@ -41,7 +41,7 @@ so the learner takes nothing from the actors' Python between its pieces::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -64,6 +64,7 @@ __all__ = [
     "minibatch_columns",
     "minibatches",
     "train_step",
+    "train_steps",
 ]
 
 #: ``loss(net, out, batch) -> (dout, metrics)``: ``out`` float32 [T+1, N, output_size] is the
@@ -139,6 +140,67 @@ def train_step(
     if not skip_nonfinite_step(state, norm):
         state.optimizer.step(state.params, grad, pool)
     return metrics
+
+
+def train_steps(
+    net: Net,
+    state: LearnerState,
+    batch: Batch,
+    loss: Loss,
+    *,
+    max_grad_norm: float,
+    columns: Sequence[np.ndarray | None],
+    native: bool = True,
+) -> list[dict[str, float]]:
+    """`train_step` on each of ``columns`` in turn (int64 [M] each, or None for all the
+    batch's columns): PPO's epochs x minibatches, one optimizer step per entry, in order.
+    Returns each step's metrics.
+
+    Where `train_step` would be one native call, the whole sequence is one native call that
+    holds the GIL only to enter and leave (a learner that lets go of the GIL once a batch
+    instead of once a minibatch: each time it takes it back while an actor steps a Python env,
+    that actor waits for it). Bit for bit the same steps as calling `train_step` on each entry;
+    a step whose gradient is not finite is skipped and counted as `train_step` does, and the
+    steps after it then run one call each."""
+    if not columns:
+        raise ValueError("columns: expected at least one step's columns, got none")
+    pool = state.pool
+    optim = None
+    # each step shares its pool as `train_step` would on its own columns
+    splits = {
+        _split(net, pool, batch.obs.shape[0], batch.num_columns if c is None else len(c))
+        for c in columns
+    }
+    if native and isinstance(loss, NativeLoss) and len(splits) == 1 and "shards" not in splits:
+        optim = state.optimizer._native_step()
+    if optim is None or len(columns) == 1:
+        return [
+            train_step(net, state, batch, loss, max_grad_norm=max_grad_norm, columns=c,
+                       native=native)
+            for c in columns
+        ]  # fmt: skip
+    assert isinstance(loss, NativeLoss)  # optim is set only for a NativeLoss
+    grad = state.grad
+    if grad is None or grad.shape != (net.num_params,):
+        grad = state.grad = np.empty(net.num_params, np.float32)
+    native_pool = pool.native if pool is not None and splits == {"rows"} else None
+    results = _native.train_steps(
+        net, state.params, grad, loss.native, batch.obs, batch.behaviour, batch.actions,
+        batch.rewards, batch.terminated, batch.truncated, batch.mask, batch.core_state,
+        list(columns), value_mean=loss.value_mean, value_std=loss.value_std,
+        max_grad_norm=float(max_grad_norm), optimizer=optim, pool=native_pool,
+    )  # fmt: skip
+    out: list[dict[str, float]] = []
+    for metrics, norm, applied in results:
+        metrics["grad_norm"] = norm
+        if applied:
+            state.optimizer.steps += 1
+        skip_nonfinite_step(state, norm)  # counts a skipped step, raises after too many
+        out.append(metrics)
+    rest = columns[len(results) :]  # after a step that was not finite: one call each
+    return out + [
+        train_step(net, state, batch, loss, max_grad_norm=max_grad_norm, columns=c) for c in rest
+    ]
 
 
 def _fused_step(

@@ -69,6 +69,7 @@ def learn_twice(monkeypatch, name, steps=3, **kw):
         fused = agent.learn(net, state, batch)
     with monkeypatch.context() as m:
         m.setattr(rlpar, "train_step", functools.partial(rlpar.train_step, native=False))
+        m.setattr(rlpar, "train_steps", functools.partial(rlpar.train_steps, native=False))
         for _ in range(steps):
             separate = twin.learn(net, other, batch)
     return state, other, fused, separate
@@ -127,13 +128,75 @@ def test_fused_learn_equals_the_separate_calls_bit_for_bit(monkeypatch, case, ne
 
 
 @pytest.mark.usefixtures("release_floor")
-def test_one_native_call_per_optimizer_step() -> None:
-    """The GIL is released once per train_step: the learner holds it only to enter and leave."""
+def test_one_native_call_per_learner_step() -> None:
+    """APPO's epochs x minibatches are one train_steps call: the learner releases the GIL once
+    a batch and holds it only to enter and leave; with normalised values (the statistics move
+    between minibatches) once per optimizer step."""
     agent, net, state, batch = setup("appo", t=16, n=16, epochs=3, minibatches=4)
     agent.learn(net, state, batch)
     calls = _native.gil_meter()[2]
     agent.learn(net, state, batch)
+    assert _native.gil_meter()[2] - calls == 1
+    agent, net, state, batch = setup(
+        "appo", t=16, n=16, epochs=3, minibatches=4, normalize_values=True
+    )
+    agent.learn(net, state, batch)
+    calls = _native.gil_meter()[2]
+    agent.learn(net, state, batch)
     assert _native.gil_meter()[2] - calls == 3 * 4
+
+
+def test_train_steps_is_train_step_in_a_loop_bit_for_bit() -> None:
+    """Each entry of ``columns`` (a minibatch's columns, or None: the whole batch) is the step
+    `train_step` takes on it, in order, with the optimizer's step count advancing."""
+    agent, net, state, batch = setup("appo", n=8, net={"lstm": 4})
+    _, _, twin, _ = setup("appo", n=8, net={"lstm": 4})
+    cols = [np.array([1, 4, 6, 7]), None, np.array([0, 2, 3, 5]), np.array([2, 7, 0, 1])]
+    loss = agent.native_loss
+    fused = rlpar.train_steps(net, state, batch, loss, max_grad_norm=0.5, columns=cols)
+    loop = [rlpar.train_step(net, twin, batch, loss, max_grad_norm=0.5, columns=c) for c in cols]
+    assert_same_state(state, twin)
+    assert state.optimizer.steps == twin.optimizer.steps == 4
+    assert fused == loop
+
+
+def test_train_steps_past_a_nan_gradient_is_the_loop_too() -> None:
+    """A step whose gradient is not finite ends the native call; it is skipped and counted as
+    `train_step` counts it, and the steps after it run as they would one by one."""
+    agent, net, state, batch = setup("impala", n=8)
+    t, n = np.argwhere(batch.mask[:, :4])[0]
+    batch.rewards[t, n] = np.nan  # only the minibatches holding column n read it
+    _, _, twin, _ = setup("impala", n=8)
+    bad, good = np.array([n, 4, 5, 6]), np.array([4, 5, 6, 7])
+    cols = [good, bad, good, None, good]
+    loss = agent.native_loss
+    fused = rlpar.train_steps(net, state, batch, loss, max_grad_norm=1.0, columns=cols)
+    loop = [rlpar.train_step(net, twin, batch, loss, max_grad_norm=1.0, columns=c) for c in cols]
+    assert [np.isfinite(m["grad_norm"]) for m in fused] == [True, False, True, False, True]
+    np.testing.assert_array_equal(state.params, twin.params)
+    assert state.optimizer.steps == twin.optimizer.steps == 3
+    assert state.extra["nonfinite_grad_steps"] == twin.extra["nonfinite_grad_steps"] == 2
+    assert state.extra["nonfinite_in_a_row"] == 0
+    assert len(fused) == len(loop) == 5
+
+
+def test_train_steps_refuses_bad_columns_before_any_step() -> None:
+    agent, net, state, batch = setup("appo", n=8)
+    before = state.params.copy()
+
+    def steps(cols):
+        return rlpar.train_steps(
+            net, state, batch, agent.native_loss, max_grad_norm=1.0, columns=cols
+        )
+
+    with pytest.raises(ValueError, match=r"columns\[1\]: expected indices in \[0, 8\), got 8"):
+        steps([np.array([0, 1]), np.array([2, 8])])
+    with pytest.raises(TypeError, match=r"columns\[0\] must be int64"):
+        steps([np.array([0.0, 1.0]), None])
+    with pytest.raises(ValueError, match="expected at least one step's columns"):
+        steps([])
+    np.testing.assert_array_equal(state.params, before)
+    assert state.optimizer.steps == 0
 
 
 @pytest.mark.parametrize("name", ["impala", "appo"])

@@ -128,16 +128,51 @@ rlpar::train::OptimStep optim_step(const py::tuple& o, int64_t n) {
   return s;
 }
 
-py::tuple train_step(const std::shared_ptr<rlpar::Net>& net, py::handle params, py::handle grad,
+// One optimizer step's column set: None (all N columns, in order) or int64 indices [M >= 1].
+struct Columns {
+  py::array array;  // empty for all columns
+  const int64_t* data = nullptr;
+  int64_t M = 0;
+};
+
+Columns parse_columns(py::handle columns, int64_t N, const std::string& what) {
+  Columns c;
+  c.M = N;
+  if (columns.is_none()) return c;
+  c.array = as_array(columns, what.c_str(), true);
+  require_dtype<int64_t>(c.array, what.c_str());
+  if (c.array.ndim() != 1 || c.array.shape(0) < 1) {
+    throw py::value_error(what + " must be int64 indices [M] with M >= 1, got shape " +
+                          shape_str(c.array));
+  }
+  c.array = contiguous(c.array);
+  c.data = static_cast<const int64_t*>(c.array.data());
+  c.M = c.array.shape(0);
+  return c;
+}
+
+// The checked arguments shared by train_step and train_steps: the arrays are kept alive here
+// (converted copies included) for as long as the views point into them.
+struct StepArgs {
+  float* params = nullptr;
+  float* grad = nullptr;
+  rlpar::train::OptimStep opt;
+  py::array x, act, beh, rew, term, trunc, m, state;
+  rlpar::train::BatchView batch;
+  rlpar::train::LossSpec spec;
+  rlpar::ThreadPool* pool = nullptr;
+};
+
+void parse_step_args(StepArgs& a, const rlpar::Net& net, py::handle params, py::handle grad,
                      const TrainLoss& loss, py::handle obs, py::handle behaviour,
                      py::handle actions, py::handle rewards, py::handle terminated,
                      py::handle truncated, py::handle mask, py::handle core_state,
-                     py::handle columns, double value_mean, double value_std,
-                     double max_grad_norm, const py::tuple& optimizer, py::handle pool_obj) {
-  const py::ssize_t P = net->num_params();
-  float* p = output_array<float>(params, "params", {P});
-  float* g = output_array<float>(grad, "grad", {P});
-  const rlpar::train::OptimStep opt = optim_step(optimizer, P);
+                     double value_mean, double value_std, const py::tuple& optimizer,
+                     py::handle pool_obj) {
+  const py::ssize_t P = net.num_params();
+  a.params = output_array<float>(params, "params", {P});
+  a.grad = output_array<float>(grad, "grad", {P});
+  a.opt = optim_step(optimizer, P);
 
   // Shapes follow from rewards [T, N] and the net.
   py::array r = as_array(rewards, "rewards");
@@ -145,77 +180,130 @@ py::tuple train_step(const std::shared_ptr<rlpar::Net>& net, py::handle params, 
     throw py::value_error("rewards must be a float32 array [T, N] with T, N >= 1, got " +
                           shape_str(r));
   }
-  const py::ssize_t T = r.shape(0), N = r.shape(1), O = net->output_size();
+  const py::ssize_t T = r.shape(0), N = r.shape(1), O = net.output_size();
   std::vector<py::ssize_t> obs_dims{T + 1, N};
-  for (int64_t d : net->spec().input_shape) obs_dims.push_back(d);
-  py::array x = net->spec().input_uint8 ? input_array<uint8_t>(obs, "obs", obs_dims)
-                                        : input_array<float>(obs, "obs", obs_dims);
+  for (int64_t d : net.spec().input_shape) obs_dims.push_back(d);
+  a.x = net.spec().input_uint8 ? input_array<uint8_t>(obs, "obs", obs_dims)
+                               : input_array<float>(obs, "obs", obs_dims);
   const rlpar::losses::ActorCriticArgs& layout = loss.spec.layout();
   const bool categorical = layout.policy == rlpar::losses::Policy::Categorical;
-  py::array act = categorical ? input_array<int64_t>(actions, "actions", {T, N})
-                              : input_array<float>(actions, "actions", {T, N, layout.num_actions});
-  py::array beh = input_array<float>(behaviour, "behaviour", {T, N, O});
-  py::array rew = input_array<float>(r, "rewards", {T, N});
-  py::array term = input_array<uint8_t>(terminated, "terminated", {T, N});
-  py::array trunc = input_array<uint8_t>(truncated, "truncated", {T, N});
-  py::array m = input_array<uint8_t>(mask, "mask", {T, N});
-  py::array state;  // (a default py::array is an empty array, not None: test recurrent())
-  if (net->recurrent()) {
+  a.act = categorical ? input_array<int64_t>(actions, "actions", {T, N})
+                      : input_array<float>(actions, "actions", {T, N, layout.num_actions});
+  a.beh = input_array<float>(behaviour, "behaviour", {T, N, O});
+  a.rew = input_array<float>(r, "rewards", {T, N});
+  a.term = input_array<uint8_t>(terminated, "terminated", {T, N});
+  a.trunc = input_array<uint8_t>(truncated, "truncated", {T, N});
+  a.m = input_array<uint8_t>(mask, "mask", {T, N});
+  // (a default py::array is an empty array, not None: test recurrent())
+  if (net.recurrent()) {
     if (core_state.is_none()) {
       throw py::value_error("core_state: this net has an LSTM core, so the batch needs the "
                             "state its actors stored, float32 [N, " +
-                            std::to_string(net->state_size()) + "], got None");
+                            std::to_string(net.state_size()) + "], got None");
     }
-    state = input_array<float>(core_state, "core_state", {N, net->state_size()});
+    a.state = input_array<float>(core_state, "core_state", {N, net.state_size()});
   }
-  py::array cols;
-  const bool some_columns = !columns.is_none();
-  int64_t M = N;
-  if (some_columns) {
-    cols = as_array(columns, "columns", true);
-    require_dtype<int64_t>(cols, "columns");
-    if (cols.ndim() != 1 || cols.shape(0) < 1) {
-      throw py::value_error("columns must be int64 indices [M] with M >= 1, got shape " +
-                            shape_str(cols));
-    }
-    cols = contiguous(cols);
-    M = cols.shape(0);
-  }
-  rlpar::ThreadPool* pool = nullptr;
   if (!pool_obj.is_none()) {
     if (!py::isinstance<rlpar::ThreadPool>(pool_obj)) {
       throw py::type_error("pool must be an rlpar.ThreadPool or None, got " + type_name(pool_obj));
     }
-    pool = &pool_obj.cast<rlpar::ThreadPool&>();
+    a.pool = &pool_obj.cast<rlpar::ThreadPool&>();
   }
 
-  rlpar::train::BatchView b;
+  rlpar::train::BatchView& b = a.batch;
   b.T = T;
   b.N = N;
-  b.obs = x.data();
-  b.behaviour = static_cast<const float*>(beh.data());
-  b.actions = act.data();
-  b.rewards = static_cast<const float*>(rew.data());
-  b.terminated = static_cast<const uint8_t*>(term.data());
-  b.truncated = static_cast<const uint8_t*>(trunc.data());
-  b.mask = static_cast<const uint8_t*>(m.data());
-  b.core_state = net->recurrent() ? static_cast<const float*>(state.data()) : nullptr;
-  const int64_t* cp = some_columns ? static_cast<const int64_t*>(cols.data()) : nullptr;
-  rlpar::train::LossSpec spec = loss.spec;
-  spec.ppo.value_mean = value_mean;
-  spec.ppo.value_std = value_std;
+  b.obs = a.x.data();
+  b.behaviour = static_cast<const float*>(a.beh.data());
+  b.actions = a.act.data();
+  b.rewards = static_cast<const float*>(a.rew.data());
+  b.terminated = static_cast<const uint8_t*>(a.term.data());
+  b.truncated = static_cast<const uint8_t*>(a.trunc.data());
+  b.mask = static_cast<const uint8_t*>(a.m.data());
+  b.core_state = net.recurrent() ? static_cast<const float*>(a.state.data()) : nullptr;
+  a.spec = loss.spec;
+  a.spec.ppo.value_mean = value_mean;
+  a.spec.ppo.value_std = value_std;
+}
 
-  const double flops = 3.0 * net->flops_per_sample() * static_cast<double>((T + 1) * M);
-  const bool release = want_release(py::none(), flops);
-  rlpar::train::StepResult res;
-  {
-    CallScope scope(release, net->has_external());
-    res = rlpar::train::train_step(*net, p, g, b, cp, M, spec, max_grad_norm, opt, pool);
-  }
+py::tuple step_result(const rlpar::train::LossSpec& spec, const rlpar::train::StepResult& res) {
   py::dict metrics = spec.kind == LossKind::Ppo ? metrics_dict(res.ppo)
                                                 : metrics_dict(res.actor_critic);
   if (spec.bound_cost > 0) metrics["bound_loss"] = res.bound_loss;
   return py::make_tuple(metrics, res.grad_norm, res.applied);
+}
+
+py::tuple train_step(const std::shared_ptr<rlpar::Net>& net, py::handle params, py::handle grad,
+                     const TrainLoss& loss, py::handle obs, py::handle behaviour,
+                     py::handle actions, py::handle rewards, py::handle terminated,
+                     py::handle truncated, py::handle mask, py::handle core_state,
+                     py::handle columns, double value_mean, double value_std,
+                     double max_grad_norm, const py::tuple& optimizer, py::handle pool_obj) {
+  StepArgs a;
+  parse_step_args(a, *net, params, grad, loss, obs, behaviour, actions, rewards, terminated,
+                  truncated, mask, core_state, value_mean, value_std, optimizer, pool_obj);
+  const Columns cols = parse_columns(columns, a.batch.N, "columns");
+  const double flops =
+      3.0 * net->flops_per_sample() * static_cast<double>((a.batch.T + 1) * cols.M);
+  const bool release = want_release(py::none(), flops);
+  rlpar::train::StepResult res;
+  {
+    CallScope scope(release, net->has_external());
+    res = rlpar::train::train_step(*net, a.params, a.grad, a.batch, cols.data, cols.M, a.spec,
+                                   max_grad_norm, a.opt, a.pool);
+  }
+  return step_result(a.spec, res);
+}
+
+// Several optimizer steps in a row (PPO's epochs x minibatches) in one call: step s on
+// columns[s], the optimizer's step count advancing with each step taken. It stops after the
+// first step whose gradient was not finite (that step is not applied), so the caller can count
+// it and decide, as it does for one step; the returned list then is shorter than columns.
+py::list train_steps(const std::shared_ptr<rlpar::Net>& net, py::handle params, py::handle grad,
+                     const TrainLoss& loss, py::handle obs, py::handle behaviour,
+                     py::handle actions, py::handle rewards, py::handle terminated,
+                     py::handle truncated, py::handle mask, py::handle core_state,
+                     const py::sequence& columns, double value_mean, double value_std,
+                     double max_grad_norm, const py::tuple& optimizer, py::handle pool_obj) {
+  StepArgs a;
+  parse_step_args(a, *net, params, grad, loss, obs, behaviour, actions, rewards, terminated,
+                  truncated, mask, core_state, value_mean, value_std, optimizer, pool_obj);
+  const py::ssize_t S = py::len(columns);
+  if (S < 1) throw py::value_error("columns: expected at least one step's columns, got none");
+  std::vector<Columns> cols;
+  cols.reserve(static_cast<size_t>(S));
+  double flops = 0;
+  for (py::ssize_t s = 0; s < S; ++s) {
+    cols.push_back(parse_columns(columns[s], a.batch.N, "columns[" + std::to_string(s) + "]"));
+    flops += 3.0 * net->flops_per_sample() * static_cast<double>((a.batch.T + 1) * cols.back().M);
+  }
+  // A column outside [0, N) would throw part-way, after earlier steps were applied: check all
+  // before the first step changes anything.
+  for (py::ssize_t s = 0; s < S; ++s) {
+    for (int64_t i = 0; cols[s].data && i < cols[s].M; ++i) {
+      const int64_t c = cols[s].data[i];
+      if (c < 0 || c >= a.batch.N) {
+        throw py::value_error("columns[" + std::to_string(s) + "]: expected indices in [0, " +
+                              std::to_string(a.batch.N) + "), got " + std::to_string(c));
+      }
+    }
+  }
+  const bool release = want_release(py::none(), flops);
+  std::vector<rlpar::train::StepResult> results;
+  results.reserve(static_cast<size_t>(S));
+  {
+    CallScope scope(release, net->has_external());
+    rlpar::train::OptimStep opt = a.opt;
+    for (py::ssize_t s = 0; s < S; ++s) {
+      results.push_back(rlpar::train::train_step(*net, a.params, a.grad, a.batch, cols[s].data,
+                                                 cols[s].M, a.spec, max_grad_norm, opt, a.pool));
+      if (!results.back().applied) break;
+      ++opt.step;
+    }
+  }
+  py::list out;
+  for (const auto& res : results) out.append(step_result(a.spec, res));
+  return out;
 }
 
 }  // namespace
@@ -235,6 +323,15 @@ void bind_train_step(py::module_& m) {
         "One optimizer step of a built-in loss on a batch's columns as one call: gather, "
         "forward, loss, backward, clip, optimizer (native/include/rlpar/train_step.h). Returns "
         "(metrics, grad_norm, applied).");
+  m.def("train_steps", &train_steps, py::arg("net"), py::arg("params"), py::arg("grad"),
+        py::arg("loss"), py::arg("obs"), py::arg("behaviour"), py::arg("actions"),
+        py::arg("rewards"), py::arg("terminated"), py::arg("truncated"), py::arg("mask"),
+        py::arg("core_state"), py::arg("columns"), py::kw_only(), py::arg("value_mean"),
+        py::arg("value_std"), py::arg("max_grad_norm"), py::arg("optimizer"), py::arg("pool"),
+        "train_step on each of columns (a sequence of int64 [M] or None) in turn as one call "
+        "(PPO's epochs x minibatches), the optimizer's step count advancing with each step "
+        "taken; stops after a step whose gradient was not finite. Returns a list of "
+        "(metrics, grad_norm, applied), one per step run.");
 }
 
 }  // namespace rlpar_py
