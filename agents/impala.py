@@ -67,10 +67,11 @@ class Impala(ActorCriticAgent):
         c = self.config
         c.optim.schedule(state, batch)  # this batch's learning rate
         loss, batch = self.step_loss(batch)  # the native V-trace loss, the loss's rewards
-        for _ in range(c.passes):
-            # out = net(x_0..x_T) -> V-trace targets -> losses -> backward -> clip -> optimizer,
-            # one native call; a NaN/inf gradient skips the step and is counted
-            metrics = rlpar.train_step(net, state, batch, loss, max_grad_norm=c.optim.max_grad_norm)
+        # out = net(x_0..x_T) -> V-trace targets -> losses -> backward -> clip -> optimizer,
+        # every pass in one native call; a NaN/inf gradient skips the step and is counted
+        metrics = rlpar.train_steps(
+            net, state, batch, loss, max_grad_norm=c.optim.max_grad_norm, columns=[None] * c.passes
+        )[-1]
         metrics["nonfinite_grad_steps"] = state.extra.get("nonfinite_grad_steps", 0)
         metrics["learning_rate"] = state.optimizer.lr
         return metrics

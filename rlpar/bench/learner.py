@@ -1,7 +1,8 @@
 """The learner step's own cost, part of ``rlpar bench runtime``: per built-in agent, at the
 sizes of the project's CartPole configs, how long `Agent.learn` takes on one batch and how
 much of it holds the GIL (what actors that need the GIL lose to it), with `rlpar.train_step`
-fused into one native call per optimizer step and as the separate calls (``native=False``).
+fused into one native call per optimizer step (`rlpar.train_steps`: one per batch) and as the
+separate calls (``native=False``).
 
 Measured on one thread with nothing else running, by the thread's GIL meter: held = wall
 time minus the time rlpar's calls ran with the GIL released. The two forms alternate, and
@@ -54,9 +55,10 @@ def _setup(name: str, config: dict, t: int, k: int, b: int):
 
 def _measure(case: tuple, native: bool, seconds: float) -> dict[str, float]:
     agent, net, state, batch = _setup(*case)
-    step = functools.partial(rlpar.train_step, native=native)
-    original = rlpar.train_step
-    rlpar.train_step = step  # the agents call rlpar.train_step
+    original = rlpar.train_step, rlpar.train_steps
+    # the agents call rlpar.train_step or rlpar.train_steps
+    rlpar.train_step = functools.partial(rlpar.train_step, native=native)
+    rlpar.train_steps = functools.partial(rlpar.train_steps, native=native)
     try:
         for _ in range(5):
             agent.learn(net, state, batch)
@@ -68,7 +70,7 @@ def _measure(case: tuple, native: bool, seconds: float) -> dict[str, float]:
         wall = (time.perf_counter() - t0) / n
         released1, _, calls1, _ = _native.gil_meter()
     finally:
-        rlpar.train_step = original
+        rlpar.train_step, rlpar.train_steps = original
     released = (released1 - released0) / n
     return {
         "learn_us": wall * 1e6,
