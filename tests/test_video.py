@@ -275,9 +275,13 @@ def test_clips_need_an_env_that_renders_and_leave_no_run_dir(tmp_path: Path) -> 
 
 def test_a_clip_that_fails_mid_run_stops_the_run_and_says_why(tmp_path: Path) -> None:
     pytest.importorskip("PIL")
+    # No step budget the run could reach before the second clip fails (how far it gets in the
+    # meantime is the machine's luck); the wall-time bound only keeps a broken stop from
+    # hanging the test, and would show as stopped_by "max_wall_s".
     proc, logdir = train(
-        tmp_path, "Flaky-v0", "eval.video_interval_env_steps=20", "runtime.total_env_steps=4000"
-    )
+        tmp_path, "Flaky-v0", "eval.video_interval_env_steps=20",
+        "runtime.total_env_steps=1000000000", "runtime.max_wall_s=120",
+    )  # fmt: skip
     assert proc.returncode == 1
     assert "rlpar thread 'clips' failed: the flaky renderer broke" in proc.stderr
     (run_dir,) = (logdir / "slide").iterdir()
