@@ -162,6 +162,11 @@ def train_steps(
     that actor waits for it). Bit for bit the same steps as calling `train_step` on each entry;
     a step whose gradient is not finite is skipped and counted as `train_step` does, and the
     steps after it then run one call each."""
+    if isinstance(columns, np.ndarray) or not isinstance(columns, Sequence):
+        raise TypeError(
+            "columns: expected a list with one entry per step (int64 [M] column indices or "
+            f"None), got {type(columns).__name__}"
+        )
     if not columns:
         raise ValueError("columns: expected at least one step's columns, got none")
     pool = state.pool

@@ -195,6 +195,8 @@ def test_train_steps_refuses_bad_columns_before_any_step() -> None:
         steps([np.array([0.0, 1.0]), None])
     with pytest.raises(ValueError, match="expected at least one step's columns"):
         steps([])
+    with pytest.raises(TypeError, match="expected a list with one entry per step"):
+        steps(np.array([[0, 1], [2, 3]]))
     np.testing.assert_array_equal(state.params, before)
     assert state.optimizer.steps == 0
 
