@@ -185,23 +185,24 @@ def train_steps(
             for c in columns
         ]  # fmt: skip
     assert isinstance(loss, NativeLoss)  # optim is set only for a NativeLoss
-    grad = state.grad
-    if grad is None or grad.shape != (net.num_params,):
-        grad = state.grad = np.empty(net.num_params, np.float32)
+    grad = _grad_buffer(net, state)
     native_pool = pool.native if pool is not None and splits == {"rows"} else None
-    results = _native.train_steps(
-        net, state.params, grad, loss.native, batch.obs, batch.behaviour, batch.actions,
-        batch.rewards, batch.terminated, batch.truncated, batch.mask, batch.core_state,
-        list(columns), value_mean=loss.value_mean, value_std=loss.value_std,
-        max_grad_norm=float(max_grad_norm), optimizer=optim, pool=native_pool,
-    )  # fmt: skip
-    out: list[dict[str, float]] = []
-    for metrics, norm, applied in results:
-        metrics["grad_norm"] = norm
-        if applied:
-            state.optimizer.steps += 1
-        skip_nonfinite_step(state, norm)  # counts a skipped step, raises after too many
-        out.append(metrics)
+    done = np.zeros(1, np.int64)
+    try:
+        results = _native.train_steps(
+            net, state.params, grad, loss.native, batch.obs, batch.behaviour, batch.actions,
+            batch.rewards, batch.terminated, batch.truncated, batch.mask, batch.core_state,
+            list(columns), done=done, value_mean=loss.value_mean, value_std=loss.value_std,
+            max_grad_norm=float(max_grad_norm), optimizer=optim, pool=native_pool,
+        )  # fmt: skip
+    except BaseException:
+        # A step raised (a Python layer's error): the steps before it were applied, each with
+        # a finite gradient (a non-finite one ends the call without raising). Count them, so
+        # the optimizer's step count matches its buffers, as one call per step would leave it.
+        for _ in range(int(done[0])):
+            _record_step(state, {}, 0.0, True)
+        raise
+    out = [_record_step(state, metrics, norm, applied) for metrics, norm, applied in results]
     rest = columns[len(results) :]  # after a step that was not finite: one call each
     return out + [
         train_step(net, state, batch, loss, max_grad_norm=max_grad_norm, columns=c) for c in rest
@@ -219,9 +220,7 @@ def _fused_step(
     split: str,
 ) -> dict[str, float]:
     """`train_step` as one native call (rlpar/train_step.h)."""
-    grad = state.grad
-    if grad is None or grad.shape != (net.num_params,):
-        grad = state.grad = np.empty(net.num_params, np.float32)
+    grad = _grad_buffer(net, state)
     native_pool = state.pool.native if state.pool is not None and split == "rows" else None
     metrics, norm, applied = _native.train_step(
         net, state.params, grad, loss.native, batch.obs, batch.behaviour, batch.actions,
@@ -229,10 +228,26 @@ def _fused_step(
         columns, value_mean=loss.value_mean, value_std=loss.value_std,
         max_grad_norm=float(max_grad_norm), optimizer=optim, pool=native_pool,
     )  # fmt: skip
+    return _record_step(state, metrics, norm, applied)
+
+
+def _grad_buffer(net: Net, state: LearnerState) -> np.ndarray:
+    """The learner state's gradient buffer, float32 [num_params], made on first use."""
+    grad = state.grad
+    if grad is None or grad.shape != (net.num_params,):
+        grad = state.grad = np.empty(net.num_params, np.float32)
+    return grad
+
+
+def _record_step(
+    state: LearnerState, metrics: dict[str, float], norm: float, applied: bool
+) -> dict[str, float]:
+    """A native step's outcome on the Python side: ``grad_norm`` in its metrics, the optimizer's
+    step count, a skipped non-finite step counted (raises after too many in a row)."""
     metrics["grad_norm"] = norm
     if applied:
         state.optimizer.steps += 1
-    skip_nonfinite_step(state, norm)  # counts a skipped step, raises after too many in a row
+    skip_nonfinite_step(state, norm)
     return metrics
 
 

@@ -180,6 +180,51 @@ def test_train_steps_past_a_nan_gradient_is_the_loop_too() -> None:
     assert len(fused) == len(loop) == 5
 
 
+class Boom(rlpar.PyLayer):
+    """The identity, whose ``fail_at``-th forward raises (the count is the test's, per net)."""
+
+    def __init__(self, fail_at: int) -> None:
+        self.calls, self.fail_at = 0, fail_at
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise RuntimeError("boom in the Python layer")
+        return x
+
+    def backward(self, x: np.ndarray, y: np.ndarray, dy: np.ndarray) -> np.ndarray:
+        return dy
+
+
+def test_a_step_that_raises_leaves_the_steps_before_it_counted() -> None:
+    """A Python layer that raises in the third step: the exception comes through, and the two
+    steps before it are applied and counted, as one call per step leaves them."""
+
+    def run(fused: bool) -> rlpar.LearnerState:
+        spec = rlpar.NetSpec(
+            input_shape=(4,), layers=[rlpar.Linear(8), Boom(fail_at=3), rlpar.Tanh()],
+            heads=[rlpar.Categorical(3), rlpar.Value()],
+        )  # fmt: skip
+        net = rlpar.Net(spec)
+        state = rlpar.LearnerState(net.init_params(seed=0), rlpar.Adam(net.num_params, lr=1e-2))
+        state.extra["nonfinite_in_a_row"] = 1  # a finite step resets it
+        _, _, _, batch = setup("appo", n=8)
+        loss = rlpar.NativeLoss.for_net(net, rlpar.PpoOptions())
+        cols = [np.array([0, 1, 2, 3]), np.array([4, 5, 6, 7]), None, np.array([1, 3, 5, 7])]
+        with pytest.raises(RuntimeError, match="boom in the Python layer"):
+            if fused:
+                rlpar.train_steps(net, state, batch, loss, max_grad_norm=1.0, columns=cols)
+            else:
+                for c in cols:
+                    rlpar.train_step(net, state, batch, loss, max_grad_norm=1.0, columns=c)
+        return state
+
+    fused, loop = run(True), run(False)
+    assert fused.optimizer.steps == loop.optimizer.steps == 2
+    assert fused.extra["nonfinite_in_a_row"] == loop.extra["nonfinite_in_a_row"] == 0
+    np.testing.assert_array_equal(fused.params, loop.params)
+
+
 def test_train_steps_refuses_bad_columns_before_any_step() -> None:
     agent, net, state, batch = setup("appo", n=8)
     before = state.params.copy()

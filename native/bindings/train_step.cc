@@ -259,12 +259,17 @@ py::tuple train_step(const std::shared_ptr<rlpar::Net>& net, py::handle params, 
 // columns[s], the optimizer's step count advancing with each step taken. It stops after the
 // first step whose gradient was not finite (that step is not applied), so the caller can count
 // it and decide, as it does for one step; the returned list then is shorter than columns.
+// `done` (int64 [1]) counts the steps finished so far: when a step raises (a Python layer's
+// error), the ones before it were applied, and the caller learns how many from it.
 py::list train_steps(const std::shared_ptr<rlpar::Net>& net, py::handle params, py::handle grad,
                      const TrainLoss& loss, py::handle obs, py::handle behaviour,
                      py::handle actions, py::handle rewards, py::handle terminated,
                      py::handle truncated, py::handle mask, py::handle core_state,
-                     const py::sequence& columns, double value_mean, double value_std,
-                     double max_grad_norm, const py::tuple& optimizer, py::handle pool_obj) {
+                     const py::sequence& columns, py::handle done, double value_mean,
+                     double value_std, double max_grad_norm, const py::tuple& optimizer,
+                     py::handle pool_obj) {
+  int64_t* finished = output_array<int64_t>(done, "done", {1});
+  *finished = 0;
   StepArgs a;
   parse_step_args(a, *net, params, grad, loss, obs, behaviour, actions, rewards, terminated,
                   truncated, mask, core_state, value_mean, value_std, optimizer, pool_obj);
@@ -297,6 +302,7 @@ py::list train_steps(const std::shared_ptr<rlpar::Net>& net, py::handle params, 
     for (py::ssize_t s = 0; s < S; ++s) {
       results.push_back(rlpar::train::train_step(*net, a.params, a.grad, a.batch, cols[s].data,
                                                  cols[s].M, a.spec, max_grad_norm, opt, a.pool));
+      *finished = s + 1;
       if (!results.back().applied) break;
       ++opt.step;
     }
@@ -326,12 +332,14 @@ void bind_train_step(py::module_& m) {
   m.def("train_steps", &train_steps, py::arg("net"), py::arg("params"), py::arg("grad"),
         py::arg("loss"), py::arg("obs"), py::arg("behaviour"), py::arg("actions"),
         py::arg("rewards"), py::arg("terminated"), py::arg("truncated"), py::arg("mask"),
-        py::arg("core_state"), py::arg("columns"), py::kw_only(), py::arg("value_mean"),
+        py::arg("core_state"), py::arg("columns"), py::kw_only(), py::arg("done"),
+        py::arg("value_mean"),
         py::arg("value_std"), py::arg("max_grad_norm"), py::arg("optimizer"), py::arg("pool"),
         "train_step on each of columns (a sequence of int64 [M] or None) in turn as one call "
         "(PPO's epochs x minibatches), the optimizer's step count advancing with each step "
-        "taken; stops after a step whose gradient was not finite. Returns a list of "
-        "(metrics, grad_norm, applied), one per step run.");
+        "taken; stops after a step whose gradient was not finite. done (int64 [1]) counts the "
+        "steps finished, also when one raises. Returns a list of (metrics, grad_norm, "
+        "applied), one per step run.");
 }
 
 }  // namespace rlpar_py
