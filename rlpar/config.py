@@ -423,6 +423,12 @@ class EvalConfig:
     """The evaluated mean return a `check_target` evaluation must reach (None: the target
     return). Above the target it leaves a margin, so a policy that passes its check by luck
     does not fall below the target on the fresh seeds of the final evaluation."""
+    max_episode_steps: int | None = 27_000
+    """Steps after which an evaluation cuts an episode that has not ended (None: never): it
+    counts with the return it reached, the evaluation's `truncated` says how many were cut,
+    and a warning is logged. The default is Atari's convention (108,000 frames at a frame skip
+    of 4); only envs without a time limit of their own reach it, e.g. MinAtar's, where a greedy
+    policy that stands still would otherwise play one episode forever."""
     max_envs: int = 100
     """Envs stepped together by one evaluation (at most one per episode; each plays an equal
     share, decided up front). Vectorized envs such as CartPole's step 100 copies about as fast
@@ -472,6 +478,12 @@ class EvalConfig:
             "interval_env_steps",
             "None or an integer >= 1",
             self.interval_env_steps,
+        )
+        _check(
+            self.max_episode_steps is None or self.max_episode_steps >= 1,
+            "max_episode_steps",
+            "None or an integer >= 1",
+            self.max_episode_steps,
         )
         _check(
             self.interval_episodes >= 1,

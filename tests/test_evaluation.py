@@ -77,6 +77,78 @@ def test_evaluate_policy_stops_when_asked_and_rejects_bad_arguments() -> None:
         rlpar.evaluate_policy(None, net, params, env)  # type: ignore[arg-type]
 
 
+class Lingers(gym.Env):
+    """Each episode, drawn at reset: ends after 4 steps, or never (a policy that stands still
+    in an env without a time limit). Reward 1 a step, so a return is the steps it counted."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, p_forever: float = 0.5) -> None:
+        self.p_forever = p_forever
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.forever = 0, bool(self.np_random.random() < self.p_forever)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = np.array([self.forever, self.t], np.float32)
+        return obs, 1.0, not self.forever and self.t == 4, False, {}
+
+
+gym.register("rlpar-test/Lingers-v0", Lingers)  # no TimeLimit
+
+
+def test_an_episode_that_never_ends_is_cut_at_the_step_cap_and_counted() -> None:
+    env = EnvConfig("rlpar-test/Lingers-v0", kwargs={"p_forever": 1.0})
+    agent = GreedyTiny()
+    net, params = built(agent, env)
+    # 5 episodes on 2 envs: quotas 3 and 2, so the envs are reset twice after their cuts.
+    e = rlpar.evaluate_policy(agent, net, params, env, episodes=5, max_envs=2, max_episode_steps=7)
+    assert (e.episodes, e.truncated) == (5, 5)
+    assert e.returns == [7.0] * 5 and e.lengths == [7] * 5
+
+
+def test_cut_and_whole_episodes_mix_and_repeat_with_the_seed() -> None:
+    env = EnvConfig("rlpar-test/Lingers-v0")
+    agent = GreedyTiny()
+    net, params = built(agent, env)
+    e = rlpar.evaluate_policy(agent, net, params, env, episodes=40, max_envs=8, seed=3,
+                              max_episode_steps=9)  # fmt: skip
+    assert e.episodes == 40 and sorted(set(e.lengths)) == [4, 9]
+    assert e.returns == [float(n) for n in e.lengths]
+    assert e.truncated == e.lengths.count(9) and 5 < e.truncated < 35
+    again = rlpar.evaluate_policy(agent, net, params, env, episodes=40, max_envs=8, seed=3,
+                                  max_episode_steps=9)  # fmt: skip
+    assert again.returns == e.returns
+    # With no cap the same evaluation of an env that always ends counts no cut.
+    ends = EnvConfig("rlpar-test/Lingers-v0", kwargs={"p_forever": 0.0})
+    whole = rlpar.evaluate_policy(agent, net, params, ends, episodes=6, max_episode_steps=None)
+    assert whole.truncated == 0 and whole.lengths == [4] * 6
+    with pytest.raises(ValueError, match="max_episode_steps: expected None or an integer >= 1"):
+        rlpar.evaluate_policy(agent, net, params, env, max_episode_steps=0)
+
+
+def test_a_run_on_an_env_that_never_ends_finishes_its_final_evaluation(tmp_path) -> None:
+    from rlpar.app.train import Training
+
+    exp = experiment_from_dict(
+        {
+            "agent": {"name": "impala"},
+            "env": {"id": "rlpar-test/Lingers-v0", "kwargs": {"p_forever": 1.0}},
+            "runtime": {"num_actors": 1, "envs_per_actor": 4, "unroll_length": 8,
+                        "batch_rollouts": 1, "total_env_steps": 256},
+            "eval": {"episodes": 3, "max_episode_steps": 50},
+            "log": {"logdir": str(tmp_path)},
+        }
+    )  # fmt: skip
+    summary = Training(exp).run(quiet=True)
+    (final,) = summary["evaluation"]
+    assert (final["episodes"], final["truncated"], final["mean_length"]) == (3, 3, 50.0)
+
+
 def test_a_run_evaluates_during_training_and_its_final_parameters() -> None:
     ev = EvalConfig(episodes=6, policies=["sampled"], interval_env_steps=600, interval_episodes=2)
     runner = Runner(
@@ -215,6 +287,7 @@ def test_an_env_failing_in_evaluation_names_the_mode_and_call_and_keeps_the_trai
         ({"policies": "greedy"}, r"eval.policies: expected a list, got 'greedy'"),
         ({"interval_env_steps": 0}, r"eval.interval_env_steps: expected None or an integer"),
         ({"interval_episodes": 0}, r"eval.interval_episodes: expected an integer >= 1"),
+        ({"max_episode_steps": 0}, r"eval.max_episode_steps: expected None or an integer >= 1"),
         ({"check_target": "yes"}, r"eval.check_target: expected true or false, got 'yes'"),
     ],
 )

@@ -412,6 +412,7 @@ def _train_text(s: dict) -> str:
         lines.append(
             f"evaluated:     {e['policy']} mean return {e['mean_return']:.2f} ± "
             f"{e['std_return']:.2f} over {e['episodes']} episodes"
+            + (f" ({e['truncated']} cut at the step cap)" if e.get("truncated") else "")
         )
     if s.get("checkpoint"):
         lines.append(f"checkpoint:    {s['checkpoint']}")
@@ -508,7 +509,9 @@ def _run_eval(args: argparse.Namespace) -> int:
         print(
             f"mean return {result.mean_return:.2f} ± {result.std_return:.2f} over "
             f"{result.episodes} episodes (min {result.min_return:g}, max {result.max_return:g}, "
-            f"mean length {result.mean_length:.1f}); {result.policy} policy of {result.agent} "
+            f"mean length {result.mean_length:.1f}"
+            + (f", {result.truncated} cut at the step cap" if result.truncated else "")
+            + f"); {result.policy} policy of {result.agent} "
             f"on {result.env}, trained for {result.trained_env_steps:,} env steps"
         )
     return 0

@@ -71,7 +71,15 @@ def evaluate(
         raise ValueError(f"episodes: expected an integer >= 1, got {episodes}")
     p = load_policy(checkpoint, overrides, trust_setup)
     e = evaluate_policy(
-        p.agent, p.net, p.params, p.experiment.env, episodes, greedy, seed, max_envs
+        p.agent,
+        p.net,
+        p.params,
+        p.experiment.env,
+        episodes,
+        greedy,
+        seed,
+        max_envs,
+        max_episode_steps=p.experiment.eval.max_episode_steps,
     )
     assert e is not None  # no stop event: it plays every episode
     return EvalResult(

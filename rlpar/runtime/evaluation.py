@@ -22,12 +22,13 @@ from typing import Any
 import numpy as np
 
 from rlpar.agent import Agent
-from rlpar.config import ConfigError, EnvConfig
+from rlpar.config import ConfigError, EnvConfig, EvalConfig
 from rlpar.nn import Net
 from rlpar.runtime.envs import ActionAdapter, make_actor_envs
 from rlpar.snapshot import Snapshot, SnapshotStore
 
 __all__ = [
+    "DEFAULT_MAX_EPISODE_STEPS",
     "Evaluation",
     "EvaluationError",
     "eval_seed",
@@ -37,6 +38,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("rlpar")
+
+#: Steps after which an evaluation cuts an episode unless told otherwise (`EvalConfig`'s).
+DEFAULT_MAX_EPISODE_STEPS: int | None = EvalConfig.max_episode_steps
 
 # Mixed into evaluation seeds so evaluation envs never replay the training envs' episodes.
 _EVAL_STREAM = 0x5EED_E7A1
@@ -56,6 +60,9 @@ class Evaluation:
     mean_length: float
     returns: list[float]
     lengths: list[int]
+    truncated: int
+    """Episodes cut at the evaluation's step cap (``max_episode_steps``): counted, with the
+    return they had reached."""
     seed: int
     """The seed the evaluation envs were reset with."""
 
@@ -96,10 +103,18 @@ def evaluate_policy(
     seed: int = 0,
     max_envs: int = 16,
     stop: threading.Event | None = None,
+    max_episode_steps: int | None = DEFAULT_MAX_EPISODE_STEPS,
 ) -> Evaluation | None:
     """Play ``episodes`` episodes of ``env`` with ``params`` (float32 [num_params], or a pinned
     `Snapshot`), greedily (an agent without `Agent.greedy` samples instead, with a warning) or
     sampled, on ``min(episodes, max_envs)`` new envs reset with ``seed``.
+
+    An episode still running after ``max_episode_steps`` steps (None: no cap) is cut there and
+    counted with the return it reached (`Evaluation.truncated`, and a warning): a policy that
+    never ends an episode of an env without a time limit (a greedy one that stands still) ends
+    the evaluation all the same. An env whose episode was cut waits until every env has cut its
+    episode or played its share; then all are reset (with a seed derived from ``seed``) for the
+    episodes still to play, as no vector env can reset one of its envs alone.
 
     ``agent`` must have run ``init_state`` on ``net`` (it knows the net's output layout then);
     this only reads it and ``params``, so it may run on any thread while the agent trains.
@@ -113,12 +128,22 @@ def evaluate_policy(
         raise ValueError(f"episodes: expected an integer >= 1, got {episodes!r}")
     if isinstance(max_envs, bool) or not isinstance(max_envs, int) or max_envs < 1:
         raise ValueError(f"max_envs: expected an integer >= 1, got {max_envs!r}")
+    if max_episode_steps is not None and (
+        isinstance(max_episode_steps, bool)
+        or not isinstance(max_episode_steps, int)
+        or max_episode_steps < 1
+    ):
+        raise ValueError(
+            f"max_episode_steps: expected None or an integer >= 1, got {max_episode_steps!r}"
+        )
     num_envs = min(episodes, max_envs)
     stage = ["building the envs (make_actor_envs)"]
     try:
         envs = make_actor_envs(evaluation_env(env, num_envs), num_envs)
         try:
-            played = _play(envs, net, params, agent, episodes, greedy, seed, stop, stage)
+            played = _play(
+                envs, net, params, agent, episodes, greedy, seed, stop, stage, max_episode_steps
+            )
         except BaseException:
             envs.close()
             raise
@@ -132,7 +157,13 @@ def evaluate_policy(
         raise EvaluationError(_failed(env, num_envs, stage[0], e)) from e
     if played is None:
         return None
-    returns, lengths, policy = played
+    returns, lengths, policy, truncated = played
+    if truncated:
+        log.warning(
+            "evaluation of %r: %d of %d episodes were cut at %d steps (eval.max_episode_steps), "
+            "counted with the return they had reached",
+            env.id, truncated, len(returns), max_episode_steps,
+        )  # fmt: skip
     r = np.asarray(returns)
     return Evaluation(
         policy=policy,
@@ -144,6 +175,7 @@ def evaluate_policy(
         mean_length=float(np.mean(lengths)),
         returns=[float(x) for x in returns],
         lengths=[int(x) for x in lengths],
+        truncated=truncated,
         seed=seed,
     )
 
@@ -185,10 +217,12 @@ def _play(
     seed: int,
     stop: threading.Event | None,
     stage: list[str] | None = None,
-) -> tuple[list[float], list[int], str] | None:
+    max_episode_steps: int | None = None,
+) -> tuple[list[float], list[int], str, int] | None:
     """Step all K envs together until each has finished its quota of episodes (None: ``stop``
-    was set first). The envs autoreset on the step after an episode ends (that step's reward
-    is not the episode's). ``stage[0]`` names the call in progress, for the error message."""
+    was set first); returns (returns, lengths, policy, episodes cut at the cap). The envs
+    autoreset on the step after an episode ends (that step's reward is not the episode's).
+    ``stage[0]`` names the call in progress, for the error message."""
     stage = stage if stage is not None else [""]
     k = envs.num_envs
     quota = np.array([episodes // k + (i < episodes % k) for i in range(k)])
@@ -199,6 +233,8 @@ def _play(
     policy = "greedy" if greedy else "sampled"
     ep_return, ep_length = np.zeros(k), np.zeros(k, np.int64)
     prev_done = np.zeros(k, bool)
+    cut = np.zeros(k, bool)  # the env's episode was cut at the cap: it waits for a reset
+    num_cut = resets = 0
     returns: list[float] = []
     lengths: list[int] = []
     # A recurrent net carries its state; it restarts after each env's reset step (rlpar.data).
@@ -222,7 +258,7 @@ def _play(
         actions, policy = policy_actions(agent, net, out, policy, rng)
         stage[0] = "envs.step"
         obs, reward, terminated, truncated, _ = envs.step(adapter.to_env(actions))
-        valid = ~prev_done
+        valid = ~(prev_done | cut)
         np.logical_not(valid, out=starts)
         ep_return += np.where(valid, reward, 0.0)
         ep_length += valid
@@ -234,4 +270,22 @@ def _play(
                 finished[i] += 1
         ep_return[prev_done] = 0.0
         ep_length[prev_done] = 0
-    return returns, lengths, policy
+        if max_episode_steps is None:
+            continue
+        for i in np.flatnonzero(valid & ~prev_done & (ep_length >= max_episode_steps)):
+            if finished[i] < quota[i]:
+                returns.append(float(ep_return[i]))
+                lengths.append(int(ep_length[i]))
+                finished[i] += 1
+                num_cut += 1
+            cut[i] = True
+            ep_return[i], ep_length[i] = 0.0, 0
+        if cut.any() and (cut | (finished >= quota)).all() and (finished < quota).any():
+            resets += 1
+            stage[0] = f"envs.reset (after episodes cut at {max_episode_steps} steps)"
+            obs, _ = envs.reset(seed=eval_seed(seed, resets))
+            cut[:] = False
+            prev_done[:] = False
+            starts[:] = True
+            ep_return[:], ep_length[:] = 0.0, 0
+    return returns, lengths, policy, num_cut

@@ -108,6 +108,7 @@ class PolicyEvaluator:
             seed=eval_seed(self.seed, *key),
             max_envs=self.cfg.max_envs,
             stop=stop,
+            max_episode_steps=self.cfg.max_episode_steps,
         )
 
 
