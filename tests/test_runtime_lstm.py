@@ -285,5 +285,10 @@ def test_evaluation_carries_the_state() -> None:
     actor = make_actor()
     played = _play(actor.envs, actor.net, actor.params, actor.agent, 4, True, 0, None)
     assert played is not None
-    returns, _, policy = played
-    assert len(returns) == 4 and policy == "greedy"
+    returns, _, policy, cut = played
+    assert len(returns) == 4 and policy == "greedy" and cut == 0
+    # Cut at 2 steps: every episode is cut, and the envs reset with the state restarted.
+    played = _play(actor.envs, actor.net, actor.params, actor.agent, 4, True, 0, None, None, 2)
+    assert played is not None
+    returns, lengths, _, cut = played
+    assert len(returns) == 4 and lengths == [2] * 4 and cut == 4
