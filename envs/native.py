@@ -286,6 +286,44 @@ class NativeVectorEnv(VectorEnv):
             release_gil=release_gil,
         )
 
+    def fused_loop(
+        self,
+        net: Any,
+        store: Any,
+        sampler: _native.CategoricalSampler,
+        free: Any,
+        out: Any,
+        buffers: Sequence[Any],
+        out_tickets: Sequence[int],
+        carry: Any,
+        seq: int = 0,
+    ) -> _native.FusedActorLoop:
+        """An actor's whole loop over these envs as one native object
+        (`rlpar._native.FusedActorLoop`): its ``run(budget_s)`` takes buffer indices from the
+        `rlpar._native.TicketQueue` ``free``, fills ``buffers[i]`` with a `fused_unroll` on the
+        latest snapshot of ``store``, writes the buffer's ``stamp`` (version, seq) and queues
+        ``out_tickets[i]`` on ``out``, without the GIL, until its time budget is spent.
+        ``carry``: the actor's `rlpar.runtime.actor_carry.Carry` (``ep_return``,
+        ``ep_length``, ``prev_done``, ``obs`` and a recurrent ``core``, all used in place)."""
+        core = carry.core
+        return _native.FusedActorLoop(
+            self.native,
+            net,
+            store,
+            sampler,
+            free,
+            out,
+            list(buffers),
+            list(out_tickets),
+            carry.ep_return,
+            carry.ep_length,
+            carry.prev_done,
+            carry.obs,
+            state=None if core is None else core.state,
+            starts=None if core is None else core.starts,
+            seq=seq,
+        )
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.native.name}, num_envs={self.num_envs})"
 

@@ -8,7 +8,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CategoricalSampler', 'HeadSpec', 'LayerSpec', 'Net', 'NetSpec', 'Snapshot', 'SnapshotStore', 'StepLoop', 'Tape', 'TicketQueue', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_calibration', 'gil_meter', 'gil_release_threshold', 'global_norm', 'native_env_names', 'ppo_loss', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
+__all__: list[str] = ['CategoricalSampler', 'FusedActorLoop', 'HeadSpec', 'LayerSpec', 'Net', 'NetSpec', 'Snapshot', 'SnapshotStore', 'StepLoop', 'Tape', 'TicketQueue', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_calibration', 'gil_meter', 'gil_release_threshold', 'global_norm', 'native_env_names', 'ppo_loss', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
 def amx_available() -> bool:
     """
     True when this CPU and OS run Intel AMX-BF16 tiles, which LSTM(matmul='bf16x3') needs.
@@ -72,6 +72,24 @@ class LayerSpec:
     @property
     def stride(self) -> int:
         ...
+class FusedActorLoop:
+    """
+    An actor's whole loop over rlpar's native envs (rlpar/unroll.h, unroll_loop): take a free buffer's ticket, pin the store's latest snapshot, run a fused unroll into the buffer, write its stamp (version, seq), queue its out ticket; repeated without the GIL until run()'s time budget is spent. Built once per actor: the arrays are checked here and kept.
+    """
+    def __init__(self, envs: VecEnv, net: Net, store: SnapshotStore, sampler: typing.Any, free: TicketQueue, out: TicketQueue, buffers: collections.abc.Sequence, out_tickets: collections.abc.Sequence, ep_return: typing.Any, ep_length: typing.Any, prev_done: typing.Any, obs: typing.Any, state: typing.Any = None, starts: typing.Any = None, seq: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        """
+        buffers: objects with a rollout's arrays as attributes (rlpar.Rollout: obs, actions, rewards, terminated, truncated, mask, behaviour, core_state) and stamp int64 [2]; ticket i of `free` names buffers[i], which goes to `out` as out_tickets[i]. ep_return float64 [K], ep_length int64 [K] carry the episodes; prev_done bool [K] and obs [K, *obs_shape] receive the last step's ends and next input after each unroll; a recurrent net also carries state float32 [K, state_size] and starts bool [K].
+        """
+    def run(self, budget_s: typing.SupportsFloat | typing.SupportsIndex) -> tuple:
+        """
+        Unroll into free buffers for budget_s seconds (checked between unrolls), or until no buffer comes free within what is left of it. Returns (rollouts queued, [(return, length) of each episode that ended, in order], seconds spent waiting for a buffer).
+        """
+    @property
+    def seq(self) -> int:
+        """
+        Rollouts made so far (the next seq).
+        """
+
 class HeadSpec:
     """
     One output head of a native NetSpec (rlpar/net.h HeadSpec).

@@ -49,6 +49,8 @@ class Rollout:
     - ``actor``, ``seq``: which actor produced it and its running count there
     - ``ended``: (return, length) of the episodes that ended in it, deterministic mode only
       (the learner logs them in batch order, so the episode log does not depend on timing)
+    - ``stamp``: int64 [2] or None: where a native actor loop (`rlpar._native.FusedActorLoop`)
+      writes ``version`` and ``seq`` without Python; `read_stamp` copies them over
     """
 
     obs: np.ndarray
@@ -63,6 +65,7 @@ class Rollout:
     actor: int = 0
     seq: int = 0
     ended: list[tuple[float, int]] = field(default_factory=list)
+    stamp: np.ndarray | None = None
 
     @classmethod
     def allocate(
@@ -90,13 +93,19 @@ class Rollout:
             actor=actor,
         )
 
+    def read_stamp(self) -> None:
+        """Copy what a native actor loop wrote into ``stamp`` to ``version`` and ``seq`` (the
+        reader of a queue such rollouts come through calls it; nothing without a stamp)."""
+        if self.stamp is not None:
+            self.version, self.seq = self.stamp.tolist()
+
     @property
     def env_steps(self) -> int:
         """Env transitions in this rollout (T * K, autoreset steps included)."""
         return int(self.rewards.size)
 
 
-_SCALARS = ("version", "actor", "seq", "ended")
+_SCALARS = ("version", "actor", "seq", "ended", "stamp")  # not the batch's arrays
 ARRAY_FIELDS = tuple(f.name for f in fields(Rollout) if f.name not in _SCALARS)
 # The env (column) axis of each array: time comes first, except in the per-env core state.
 _ENV_AXIS = {name: 0 if name == "core_state" else 1 for name in ARRAY_FIELDS}

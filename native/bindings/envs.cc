@@ -10,9 +10,13 @@
 #include <pybind11/stl.h>
 
 #include <array>
+#include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "convert.h"
@@ -20,6 +24,7 @@
 #include "gil.h"
 #include "rlpar/envs.h"
 #include "rlpar/net.h"
+#include "rlpar/ticket_queue.h"
 #include "rlpar/unroll.h"
 #include "snapshot_py.h"
 
@@ -223,6 +228,144 @@ py::tuple do_unroll(VecEnv& envs, const std::shared_ptr<Net>& net, py::handle pa
   return py::make_tuple(p.version, episodes);
 }
 
+// rlpar::unroll_loop bound once to one actor's envs, net, store, sampler, queues and buffers:
+// every array is checked here, once, and kept alive by this object; run() then lets go of the
+// GIL for as many unrolls as fit in its time budget. One thread at a time may run it.
+class FusedActorLoop {
+ public:
+  FusedActorLoop(std::shared_ptr<VecEnv> envs, std::shared_ptr<Net> net, const PyStore& store,
+                 py::object sampler, std::shared_ptr<rlpar::TicketQueue> free,
+                 std::shared_ptr<rlpar::TicketQueue> out, const py::sequence& buffers,
+                 const py::sequence& out_tickets, py::handle ep_return, py::handle ep_length,
+                 py::handle prev_done, py::handle obs, py::handle state, py::handle starts,
+                 int64_t seq)
+      : envs_(std::move(envs)), net_(std::move(net)), store_(store.store),
+        sampler_obj_(std::move(sampler)), free_(std::move(free)), out_(std::move(out)),
+        seq_(seq) {
+    if (!envs_ || !net_ || !store_ || !free_ || !out_) {
+      throw py::type_error("FusedActorLoop: envs, net, store, free and out must not be None");
+    }
+    if (static_cast<int64_t>(store_->size()) != net_->num_params()) {
+      throw py::value_error("store: holds " + std::to_string(store_->size()) +
+                            " values, the net has " + std::to_string(net_->num_params()));
+    }
+    sampler_ = sampler_obj_.cast<CategoricalSampler*>();
+    rlpar::check_unroll_net(*net_, *envs_);
+    const py::ssize_t k = envs_->num_envs();
+    if (buffers.size() < 1 || buffers.size() != out_tickets.size()) {
+      throw py::value_error("buffers and out_tickets: expected two lists of the same length >= 1, "
+                            "got " + std::to_string(buffers.size()) + " and " +
+                            std::to_string(out_tickets.size()));
+    }
+    carry_.ep_return = output_array<double>(keep(ep_return), "ep_return", {k});
+    carry_.ep_length = output_array<int64_t>(keep(ep_length), "ep_length", {k});
+    carry_.prev_done = output_array<bool>(keep(prev_done), "prev_done", {k});
+    std::vector<py::ssize_t> obs_row{k};
+    for (int64_t d : envs_->spec().obs_shape) obs_row.push_back(d);
+    carry_.obs = obs_array(keep(obs), "obs", obs_row);
+    const bool recurrent = net_->recurrent();
+    const py::ssize_t s = net_->state_size();
+    float* state_p = nullptr;
+    bool* starts_p = nullptr;
+    if (recurrent) {
+      if (state.is_none() || starts.is_none()) {
+        throw py::value_error("the net has an LSTM core: FusedActorLoop needs state float32 [K, " +
+                              std::to_string(s) + "] and starts bool [K]");
+      }
+      state_p = output_array<float>(keep(state), "state", {k, s});
+      starts_p = output_array<bool>(keep(starts), "starts", {k});
+    } else if (!state.is_none() || !starts.is_none()) {
+      throw py::value_error("state and starts are for a recurrent net; this net is feed-forward");
+    }
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      const py::handle r = buffers[i];
+      const std::string at = "buffers[" + std::to_string(i) + "].";
+      const auto field = [&](const char* name) { return keep(r.attr(name)); };
+      const py::array actions = py::reinterpret_borrow<py::array>(field("actions"));
+      if (!py::isinstance<py::array>(actions) || actions.ndim() < 1 || actions.shape(0) < 1) {
+        throw py::value_error(at + "actions: expected int64 [T, K] with T >= 1");
+      }
+      const py::ssize_t t = actions.shape(0);
+      std::vector<py::ssize_t> obs_shape{t + 1};
+      obs_shape.insert(obs_shape.end(), obs_row.begin(), obs_row.end());
+      rlpar::LoopBuffer b;
+      rlpar::UnrollArrays& a = b.arrays;
+      a.steps = t;
+      a.obs = obs_array(field("obs"), (at + "obs").c_str(), obs_shape);
+      a.actions = output_array<int64_t>(actions, (at + "actions").c_str(), {t, k});
+      a.rewards = output_array<float>(field("rewards"), (at + "rewards").c_str(), {t, k});
+      a.terminated = output_array<bool>(field("terminated"), (at + "terminated").c_str(), {t, k});
+      a.truncated = output_array<bool>(field("truncated"), (at + "truncated").c_str(), {t, k});
+      a.mask = output_array<bool>(field("mask"), (at + "mask").c_str(), {t, k});
+      a.behaviour = output_array<float>(field("behaviour"), (at + "behaviour").c_str(),
+                                        {t, k, net_->output_size()});
+      if (recurrent) {
+        a.state = state_p;
+        a.starts = starts_p;
+        a.core_state = output_array<float>(field("core_state"), (at + "core_state").c_str(),
+                                           {k, s});
+        if (a.core_state < state_p + k * s && state_p < a.core_state + k * s) {
+          throw py::value_error(at + "core_state and state must not share memory");
+        }
+      }
+      b.stamp = output_array<int64_t>(field("stamp"), (at + "stamp").c_str(), {2});
+      b.out_ticket = py::cast<int64_t>(out_tickets[i]);
+      buffers_.push_back(b);
+    }
+  }
+
+  py::tuple run(double budget_s) {
+    if (!(budget_s >= 0) || std::isinf(budget_s)) {
+      throw py::value_error("budget_s: expected a finite number of seconds >= 0, got " +
+                            std::to_string(budget_s));
+    }
+    bool idle = false;
+    if (!running_.compare_exchange_strong(idle, true)) {
+      throw std::logic_error("FusedActorLoop.run: already running on another thread");
+    }
+    struct Done {
+      std::atomic<bool>& flag;
+      ~Done() { flag.store(false); }
+    } done{running_};
+    rlpar::LoopResult r;
+    {
+      CallScope scope(true, net_->has_external());
+      // Once the interpreter is exiting the GIL is kept (gil.h): no waiting then.
+      if (scope.released() || net_->has_external()) {
+        r = rlpar::unroll_loop(*net_, store_, *envs_, *sampler_, *free_, *out_, buffers_, carry_,
+                               seq_, budget_s);
+      }
+    }
+    py::list episodes;
+    for (const auto& e : r.ends) episodes.append(py::make_tuple(e.ret, e.length));
+    return py::make_tuple(r.rollouts, episodes, r.wait_s);
+  }
+
+  int64_t seq() const { return seq_; }
+
+ private:
+  py::handle keep(py::handle obj) {
+    kept_.push_back(py::reinterpret_borrow<py::object>(obj));
+    return obj;
+  }
+  void* obs_array(py::handle obj, const char* what, const std::vector<py::ssize_t>& dims) {
+    return envs_->spec().obs_uint8 ? static_cast<void*>(output_array<uint8_t>(obj, what, dims))
+                                   : static_cast<void*>(output_array<float>(obj, what, dims));
+  }
+
+  std::shared_ptr<VecEnv> envs_;
+  std::shared_ptr<Net> net_;
+  std::shared_ptr<const rlpar::SnapshotStore> store_;
+  py::object sampler_obj_;
+  CategoricalSampler* sampler_ = nullptr;
+  std::shared_ptr<rlpar::TicketQueue> free_, out_;
+  std::vector<rlpar::LoopBuffer> buffers_;
+  rlpar::LoopCarry carry_;
+  std::vector<py::object> kept_;
+  int64_t seq_ = 0;
+  std::atomic<bool> running_{false};
+};
+
 }  // namespace
 
 void bind_envs(py::module_& m) {
@@ -349,6 +492,31 @@ void bind_envs(py::module_& m) {
         },
         py::arg("envs"), py::arg("net"),
         "Raise ValueError (saying why) unless fused_unroll can run this net on these envs.");
+  py::class_<FusedActorLoop>(
+      m, "FusedActorLoop",
+      "An actor's whole loop over rlpar's native envs (rlpar/unroll.h, unroll_loop): take a free "
+      "buffer's ticket, pin the store's latest snapshot, run a fused unroll into the buffer, "
+      "write its stamp (version, seq), queue its out ticket; repeated without the GIL until "
+      "run()'s time budget is spent. Built once per actor: the arrays are checked here and kept.")
+      .def(py::init<std::shared_ptr<VecEnv>, std::shared_ptr<Net>, const PyStore&, py::object,
+                    std::shared_ptr<rlpar::TicketQueue>, std::shared_ptr<rlpar::TicketQueue>,
+                    const py::sequence&, const py::sequence&, py::handle, py::handle, py::handle,
+                    py::handle, py::handle, py::handle, int64_t>(),
+           py::arg("envs"), py::arg("net"), py::arg("store"), py::arg("sampler"), py::arg("free"),
+           py::arg("out"), py::arg("buffers"), py::arg("out_tickets"), py::arg("ep_return"),
+           py::arg("ep_length"), py::arg("prev_done"), py::arg("obs"),
+           py::arg("state") = py::none(), py::arg("starts") = py::none(), py::arg("seq") = 0,
+           "buffers: objects with a rollout's arrays as attributes (rlpar.Rollout: obs, actions, "
+           "rewards, terminated, truncated, mask, behaviour, core_state) and stamp int64 [2]; "
+           "ticket i of `free` names buffers[i], which goes to `out` as out_tickets[i]. "
+           "ep_return float64 [K], ep_length int64 [K] carry the episodes; prev_done bool [K] and "
+           "obs [K, *obs_shape] receive the last step's ends and next input after each unroll; a "
+           "recurrent net also carries state float32 [K, state_size] and starts bool [K].")
+      .def("run", &FusedActorLoop::run, py::arg("budget_s"),
+           "Unroll into free buffers for budget_s seconds (checked between unrolls), or until no "
+           "buffer comes free within what is left of it. Returns (rollouts queued, [(return, "
+           "length) of each episode that ended, in order], seconds spent waiting for a buffer).")
+      .def_property_readonly("seq", &FusedActorLoop::seq, "Rollouts made so far (the next seq).");
   m.def("fused_unroll", &do_unroll, py::arg("envs"), py::arg("net"), py::arg("params"),
         py::arg("sampler"), py::arg("obs"), py::arg("actions"), py::arg("rewards"),
         py::arg("terminated"), py::arg("truncated"), py::arg("mask"), py::arg("behaviour"),

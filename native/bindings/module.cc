@@ -61,11 +61,11 @@ PYBIND11_MODULE(_native, m) {
   // unwound through a noexcept destructor (std::terminate).
   (void)py::dtype::of<float>();
   rlpar_py::bind_snapshot(m);
+  rlpar_py::bind_ticket_queue(m);  // before bind_envs: FusedActorLoop takes its queues
   rlpar_py::bind_envs(m);
   rlpar_py::bind_losses(m);
   rlpar_py::bind_train_step(m);
   rlpar_py::bind_step_loop(m);
-  rlpar_py::bind_ticket_queue(m);
   rlpar_py::bind_gil_calibration(m);
   // Before any call decides about the GIL: hand-off cost x kernel speed (gil_calibration.cc).
   rlpar_py::calibrate_release_threshold();

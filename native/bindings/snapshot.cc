@@ -12,10 +12,6 @@ namespace py = pybind11;
 namespace rlpar_py {
 namespace {
 
-struct PyStore {
-  std::shared_ptr<rlpar::SnapshotStore> store;
-};
-
 py::array_t<float> snapshot_view(const PySnapshot& s) {
   if (!s.pin) throw py::value_error("this snapshot was released");
   auto* keep = new std::shared_ptr<SharedPin>(s.pin);

@@ -23,6 +23,11 @@ struct PySnapshot {
   std::shared_ptr<SharedPin> pin;
 };
 
+// The Python SnapshotStore: the store, shared with whatever pins it.
+struct PyStore {
+  std::shared_ptr<rlpar::SnapshotStore> store;
+};
+
 void bind_snapshot(pybind11::module_& m);
 
 }  // namespace rlpar_py

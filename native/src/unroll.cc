@@ -2,12 +2,17 @@
 #include "rlpar/unroll.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "rlpar/snapshot.h"
+#include "rlpar/ticket_queue.h"
 
 namespace rlpar {
 
@@ -189,6 +194,60 @@ std::vector<EpisodeEnd> unroll(const Net& net, const float* params, VecEnv& envs
     record_rows(a, k, t, 0, k, carry, recurrent ? a.starts : nullptr, ends);
   }
   return ends;
+}
+
+LoopResult unroll_loop(const Net& net, const std::shared_ptr<const SnapshotStore>& store,
+                       VecEnv& envs, CategoricalSampler& sampler, TicketQueue& free,
+                       TicketQueue& out, const std::vector<LoopBuffer>& buffers,
+                       const LoopCarry& carry, int64_t& seq, double budget_s) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  const int64_t k = envs.num_envs();
+  const int64_t obs_bytes = envs.spec().obs_size() * (envs.spec().obs_uint8 ? 1 : 4);
+  const std::shared_ptr<const void> owner = store;
+  LoopResult result;
+  for (;;) {
+    const double left = budget_s - seconds_since(start);
+    if (left <= 0) break;
+    int64_t ticket = 0;
+    const auto asked = Clock::now();
+    const bool got = free.pop(ticket, left);
+    result.wait_s += seconds_since(asked);
+    if (!got) break;
+    if (ticket < 0 || ticket >= static_cast<int64_t>(buffers.size())) {
+      throw std::invalid_argument("unroll_loop: the free queue gave ticket " +
+                                  std::to_string(ticket) + ", expected a buffer index in [0, " +
+                                  std::to_string(buffers.size()) + ")");
+    }
+    const LoopBuffer& b = buffers[static_cast<size_t>(ticket)];
+    std::vector<EpisodeEnd> ends;
+    {
+      Pin pin = store->pin();
+      const auto packed = net.core_weights(pin.data(), owner, pin.version(), true);
+      ends = unroll(net, pin.data(), envs, sampler, b.arrays, carry.ep_return, carry.ep_length,
+                    packed.get());
+      b.stamp[0] = static_cast<int64_t>(pin.version());
+    }
+    b.stamp[1] = seq++;
+    const int64_t last = (b.arrays.steps - 1) * k;
+    for (int64_t i = 0; i < k; ++i) {
+      carry.prev_done[i] = b.arrays.terminated[last + i] || b.arrays.truncated[last + i];
+    }
+    std::memcpy(carry.obs, static_cast<const char*>(b.arrays.obs) + b.arrays.steps * k * obs_bytes,
+                static_cast<size_t>(k * obs_bytes));
+    result.ends.insert(result.ends.end(), ends.begin(), ends.end());
+    bool wake = false;
+    if (!out.try_push(b.out_ticket, wake)) {
+      throw std::logic_error("unroll_loop: the out queue is full; it must have room for every "
+                             "buffer");
+    }
+    if (wake) out.wake_popper();
+    ++result.rollouts;
+  }
+  return result;
 }
 
 }  // namespace rlpar

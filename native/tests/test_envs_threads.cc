@@ -1,10 +1,13 @@
 // Native envs and the fused unroll under threads (run under ThreadSanitizer by ctest): actor
 // threads each own their envs and share one Net and one SnapshotStore while a writer publishes;
 // their rollouts equal those of a lone thread, for a feed-forward net and for one with an LSTM
-// core (each actor carrying its own state). Two threads misusing one VecEnv get an error
+// core (each actor carrying its own state). The actor's whole loop (unroll_loop), its buffers
+// going round through two TicketQueues to a consumer thread, gives the same rollouts. Two threads misusing one VecEnv get an error
 // from its guard instead of a data race.
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -13,6 +16,7 @@
 #include "rlpar/envs.h"
 #include "rlpar/net.h"
 #include "rlpar/snapshot.h"
+#include "rlpar/ticket_queue.h"
 #include "rlpar/unroll.h"
 
 namespace {
@@ -77,13 +81,18 @@ Trace actor(const rlpar::Net& net, const rlpar::SnapshotStore& store,
   return all;
 }
 
-void test_actors_share_net_and_store(int64_t lstm_hidden) {
+// A CartPole policy: 4 -> 32 tanh (-> LSTM) -> 2 logits and a value.
+rlpar::NetSpec cartpole_spec(int64_t lstm_hidden) {
   rlpar::NetSpec spec;
   spec.input_shape = {4};
   spec.layers = {rlpar::LayerSpec::linear(32), rlpar::LayerSpec::tanh()};
   spec.heads = {{rlpar::HeadKind::Categorical, 2}, {rlpar::HeadKind::Value, 1}};
   spec.lstm_hidden = lstm_hidden;
-  rlpar::Net net(spec);
+  return spec;
+}
+
+void test_actors_share_net_and_store(int64_t lstm_hidden) {
+  const rlpar::Net net(cartpole_spec(lstm_hidden));
   std::vector<float> params(net.num_params());
   for (size_t i = 0; i < params.size(); ++i) params[i] = 0.05f * static_cast<float>(i % 7) - 0.15f;
   rlpar::SnapshotStore store(params.size(), 8);
@@ -106,6 +115,91 @@ void test_actors_share_net_and_store(int64_t lstm_hidden) {
   writer.join();
   for (int a = 0; a < 3; ++a) CHECK(alone[a] == together[a]);
   if (lstm_hidden > 0) CHECK(alone[0].outputs != alone[1].outputs);
+}
+
+// unroll_loop on this thread, a consumer thread that records each rollout and hands its buffer
+// back, a writer publishing (the same params): the rollouts are those of `actor` alone.
+void test_loop_hands_buffers_round(int64_t lstm_hidden) {
+  const rlpar::Net net(cartpole_spec(lstm_hidden));
+  std::vector<float> params(net.num_params());
+  for (size_t i = 0; i < params.size(); ++i) params[i] = 0.05f * static_cast<float>(i % 5) - 0.1f;
+  auto store = std::make_shared<rlpar::SnapshotStore>(params.size(), 8);
+  store->publish(params.data(), params.size());
+  const Trace alone = actor(net, *store, 4);
+
+  rlpar::VecEnv envs("CartPole-v1", kEnvs);
+  std::vector<std::uint64_t> seeds(kEnvs);
+  for (int64_t i = 0; i < kEnvs; ++i) seeds[i] = 4 * 1000 + i;
+  envs.reset(seeds.data(), nullptr);
+  rlpar::CategoricalSampler sampler(4);
+  std::vector<double> ret(kEnvs, 0);
+  std::vector<int64_t> len(kEnvs, 0);
+  std::vector<char> prev_done(kEnvs);
+  std::vector<float> obs(kEnvs * 4);
+  const rlpar::LoopCarry carry{ret.data(), len.data(), reinterpret_cast<bool*>(prev_done.data()),
+                               obs.data()};
+  std::vector<std::unique_ptr<Buffers>> owned;
+  std::vector<rlpar::LoopBuffer> buffers;
+  std::vector<std::array<int64_t, 2>> stamps(2);
+  for (int i = 0; i < 2; ++i) {
+    owned.push_back(std::make_unique<Buffers>(net.output_size(), net.state_size()));
+    rlpar::LoopBuffer b;
+    b.arrays = owned.back()->arrays;
+    b.arrays.state = owned[0]->arrays.state;  // the carried core is the actor's, shared
+    b.arrays.starts = owned[0]->arrays.starts;
+    b.out_ticket = 10 + i;
+    b.stamp = stamps[i].data();
+    buffers.push_back(b);
+  }
+  rlpar::TicketQueue free(0), out(0);
+  bool wake = false;
+  CHECK(free.try_push(0, wake) && free.try_push(1, wake));
+
+  Trace together;
+  std::vector<int64_t> versions, seqs;
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    while (!stop.load()) store->publish(params.data(), params.size());
+  });
+  std::thread consumer([&] {
+    for (int u = 0; u < kUnrolls; ++u) {
+      int64_t ticket = -1;
+      CHECK(out.pop(ticket, 10.0));
+      const int i = static_cast<int>(ticket - 10);
+      CHECK(i == 0 || i == 1);
+      if (i != 0 && i != 1) return;
+      const Buffers& b = *owned[i];
+      together.actions.insert(together.actions.end(), b.actions.begin(), b.actions.end());
+      together.outputs.insert(together.outputs.end(), b.behaviour.begin(), b.behaviour.end());
+      together.outputs.insert(together.outputs.end(), b.core_state.begin(), b.core_state.end());
+      versions.push_back(stamps[i][0]);
+      seqs.push_back(stamps[i][1]);
+      if (u < kUnrolls - 2) CHECK(free.push(i, 10.0));  // the last two stay out: the loop ends
+    }
+  });
+  int64_t seq = 0, made = 0;
+  for (int calls = 0; made < kUnrolls && calls < 10000; ++calls) {
+    made += rlpar::unroll_loop(net, store, envs, sampler, free, out, buffers, carry, seq, 0.01)
+                .rollouts;
+  }
+  consumer.join();
+  stop.store(true);
+  writer.join();
+  CHECK(made == kUnrolls && seq == kUnrolls);
+  CHECK(alone == together);
+  for (int u = 0; u < static_cast<int>(seqs.size()); ++u) {
+    CHECK(seqs[u] == u);
+    CHECK(versions[u] >= 1 && (u == 0 || versions[u] >= versions[u - 1]));
+  }
+  // a ticket that names no buffer is refused, nothing queued
+  CHECK(free.try_push(7, wake));
+  bool refused = false;
+  try {
+    rlpar::unroll_loop(net, store, envs, sampler, free, out, buffers, carry, seq, 0.01);
+  } catch (const std::invalid_argument&) {
+    refused = true;
+  }
+  CHECK(refused && out.size() == 0);
 }
 
 void test_shared_vecenv_is_refused_not_raced() {
@@ -138,6 +232,8 @@ void test_shared_vecenv_is_refused_not_raced() {
 int main() {
   test_actors_share_net_and_store(0);
   test_actors_share_net_and_store(8);
+  test_loop_hands_buffers_round(0);
+  test_loop_hands_buffers_round(8);
   test_shared_vecenv_is_refused_not_raced();
   return rlpar_test::finish("test_envs_threads");
 }

@@ -51,6 +51,9 @@ class _IdleLearner(Agent):
         return {}
 
 
+_GIL_KEYS = ("actor_held", "actor_wait", "actor_native", "learner_held", "ceiling")
+
+
 def runtime_measure(
     num_actors: int,
     busy: bool,
@@ -64,7 +67,8 @@ def runtime_measure(
     """Env steps/s of one run ("rate", read from its progress reports after the first third),
     with the run's GIL shares (`Progress.gil`): "actor_held",
     "actor_wait", "actor_native" (all actors together), "learner_held", and "ceiling" (actor
-    threads the GIL could serve at these shares; 0 when unbounded)."""
+    threads the GIL could serve at these shares; 0 when unbounded); and the run's "wall_s",
+    "rollouts" (all actors') and "learner_steps", to turn the shares into times."""
     agent = make_agent("impala", {"optim": {"lr": 0.003}})
     if not busy:
         agent = _IdleLearner(agent)
@@ -88,6 +92,9 @@ def runtime_measure(
         "actor_native": gil["actors"]["native"],
         "learner_held": gil["learner"]["held"],
         "ceiling": gil["actor_ceiling"] or 0.0,
+        "wall_s": result.wall_s,
+        "rollouts": float(sum(a.stats.rollouts for a in runner.actors)),
+        "learner_steps": float(result.learner_steps),
     }
 
 
@@ -137,7 +144,7 @@ def bench_runtime(quick: bool = False) -> dict[str, Any]:
     # GIL shares per configuration; the 1-actor rows predict the ceiling (no contention yet).
     out["gil"] = {
         f"{a}_actor{'s' if a > 1 else ''}{'_with_learner' if busy else ''}": {
-            k: round(v, 3) for k, v in med[(a, busy)].items() if k != "rate"
+            k: round(v, 3) for k, v in med[(a, busy)].items() if k in _GIL_KEYS
         }
         for a in (1, 2)
         for busy in (False, True)

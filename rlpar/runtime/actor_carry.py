@@ -59,10 +59,14 @@ class Carry:
         core = () if self.core is None else (self.core.state, self.core.starts)
         return loop.begin(params, r, self.prev_done, self.ep_return, self.ep_length, *core)
 
-    def unroll_done(self, r: Rollout, obs: np.ndarray | None = None) -> None:
-        """After an unroll into ``r``: the next observations (``obs``, or ``r``'s last, copied)
-        and a fresh copy of what a checkpoint keeps."""
-        self.obs = r.obs[-1].copy() if obs is None else obs
+    def unroll_done(self, r: Rollout | None, obs: np.ndarray | None = None) -> None:
+        """After an unroll into ``r``: the next observations (``obs``, or ``r``'s last, copied;
+        with neither, a native loop wrote them into ``self.obs``) and a fresh copy of what a
+        checkpoint keeps."""
+        if obs is not None:
+            self.obs = obs
+        elif r is not None:
+            self.obs = r.obs[-1].copy()
         self._saved = self._read()
 
     # ------------------------------------------------------------------ checkpoints, resume

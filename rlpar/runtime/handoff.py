@@ -10,6 +10,11 @@ only the slot numbers through a native `rlpar._native.TicketQueue`: an uncontend
 blocking wait and the wake-up of a blocked thread (which on a VM can take tens of µs when the
 thread's vCPU went idle) let go of the GIL.
 
+An item can also be given a slot of its own for good (`reserve`): it is then queued under that
+slot's number every time, and a native loop that knows the number can queue it without Python
+(`rlpar._native.FusedActorLoop` hands an actor's rollout buffers to the learner that way, through
+`tickets`).
+
 It offers the part of `queue.Queue`'s interface the runtime uses (``put``, ``get``,
 ``put_nowait``, ``get_nowait``, ``qsize``, ``empty``, ``maxsize``), with the same exceptions
 (`queue.Full`, `queue.Empty`), so `queue_get`/`queue_put` and the Ray backend take either.
@@ -39,6 +44,8 @@ class HandOff(Generic[T]):
         self._tickets = _native.TicketQueue(maxsize)
         self._slots: list[T | None] = []
         self._vacant: list[int] = []  # slot numbers not in use
+        self._reserved: dict[int, int] = {}  # id(item) -> its own slot (`reserve`)
+        self._kept: list[bool] = []  # per slot: it belongs to a reserved item
         self._grow_lock = threading.Lock()
 
     # The slot table needs no lock: list.pop and list.append are atomic (under the GIL, and
@@ -46,9 +53,32 @@ class HandOff(Generic[T]):
     # taken from ``_vacant`` until it is given back, and the ticket queue's mutex orders the
     # putter's write of a slot before the getter's read of it.
 
+    @property
+    def tickets(self) -> _native.TicketQueue:
+        """The native queue of slot numbers (for native code that queues reserved items)."""
+        return self._tickets
+
+    def reserve(self, item: T) -> int:
+        """Give ``item`` a slot of its own for good and return its number: every `put` of
+        ``item`` queues that number, `get` leaves the slot holding it, and queueing the number
+        on `tickets` (from native code, without the GIL) is the same as ``put(item)``. The same
+        number again for an item already reserved. An item must not be queued twice at once."""
+        with self._grow_lock:
+            slot = self._reserved.get(id(item))
+            if slot is None:
+                self._slots.append(item)
+                self._kept.append(True)
+                slot = self._reserved[id(item)] = len(self._slots) - 1
+            return slot
+
     def put(self, item: T, block: bool = True, timeout: float | None = None) -> None:
         """Append ``item``, waiting at most ``timeout`` seconds for room (None: no limit);
         `queue.Full` if there was none."""
+        slot = self._reserved.get(id(item)) if self._reserved else None
+        if slot is not None:
+            if not self._tickets.put(slot, timeout if block else 0.0):
+                raise queue.Full
+            return
         try:
             slot = self._vacant.pop()
         except IndexError:
@@ -66,8 +96,9 @@ class HandOff(Generic[T]):
         if slot is None:
             raise queue.Empty
         item = self._slots[slot]
-        self._slots[slot] = None
-        self._vacant.append(slot)
+        if not self._kept[slot]:
+            self._slots[slot] = None
+            self._vacant.append(slot)
         return item  # type: ignore[return-value]  # a queued slot holds its item
 
     def put_nowait(self, item: T) -> None:
@@ -85,4 +116,5 @@ class HandOff(Generic[T]):
     def _grow(self) -> int:
         with self._grow_lock:  # two growers must not both read the same new length
             self._slots.append(None)
+            self._kept.append(False)
             return len(self._slots) - 1

@@ -179,6 +179,7 @@ class Learner:
                 r = in_queue.get(timeout=POLL_S)
             except queue.Empty:
                 continue
+            r.read_stamp()  # a native actor loop's rollout: its version and seq
             lag = self.version - r.version
             if self.max_policy_lag is not None and lag > self.max_policy_lag:
                 self.stats.dropped_rollouts += 1

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "rlpar/envs.h"
@@ -91,6 +92,53 @@ std::vector<EpisodeEnd> unroll(const Net& net, const float* params, VecEnv& envs
                                CategoricalSampler& sampler, const UnrollArrays& arrays,
                                double* ep_return, int64_t* ep_length,
                                const PackedCore* packed_core = nullptr);
+
+// ---------------------------------------------------------------------------------------------
+// The actor's whole loop, many unrolls in one call: what rlpar/runtime/actor.py does per rollout
+// (take a free buffer, pin the latest snapshot, unroll, hand the buffer to the learner), with no
+// Python between two rollouts. The buffers travel as tickets through two TicketQueues: `free`
+// holds the indices of the buffers the learner gave back; a filled buffer i goes to `out` as
+// out_ticket.
+//
+//     rlpar::LoopCarry carry{ep_return, ep_length, prev_done, obs};
+//     int64_t seq = 0;
+//     auto r = rlpar::unroll_loop(net, store, envs, sampler, free, out, buffers, carry, seq, 0.05);
+//     // r.rollouts buffers were filled and queued; r.ends their episodes, in order
+class SnapshotStore;
+class TicketQueue;
+
+struct LoopBuffer {
+  UnrollArrays arrays;     // its state / starts are the actor's carried core (LoopCarry's)
+  int64_t out_ticket = 0;  // what goes to `out` once it is filled
+  int64_t* stamp = nullptr;  // [2] written before it goes: the snapshot's version, the seq
+};
+
+// What the actor carries from one unroll to the next besides the envs: ep_return / ep_length
+// as for unroll; after each unroll prev_done [K] (the last step ended an episode) and obs
+// [K, *obs_shape] (the next step's input, the env's dtype) are written, for checkpoints.
+struct LoopCarry {
+  double* ep_return = nullptr;
+  int64_t* ep_length = nullptr;
+  bool* prev_done = nullptr;
+  void* obs = nullptr;
+};
+
+struct LoopResult {
+  int64_t rollouts = 0;           // buffers filled and queued in `out`
+  std::vector<EpisodeEnd> ends;   // the episodes that ended, in order
+  double wait_s = 0;              // time spent waiting for a free buffer
+};
+
+// Unrolls into free buffers until `budget_s` seconds have passed (checked between unrolls, so
+// the call can run over by one unroll) or no buffer came free within what is left of it. Each
+// unroll pins the store's latest snapshot for its whole length. `seq` counts the rollouts
+// (written into each stamp, then incremented). Throws std::invalid_argument for a ticket that
+// names no buffer, std::logic_error when `out` is full (it must hold every buffer), and what
+// unroll throws (the buffer it was filling is then not queued).
+LoopResult unroll_loop(const Net& net, const std::shared_ptr<const SnapshotStore>& store,
+                       VecEnv& envs, CategoricalSampler& sampler, TicketQueue& free,
+                       TicketQueue& out, const std::vector<LoopBuffer>& buffers,
+                       const LoopCarry& carry, int64_t& seq, double budget_s);
 
 // The column range of the net's categorical logits, checked against the env (see unroll).
 struct LogitsSlice {
