@@ -1,13 +1,19 @@
-"""The actor loop over rlpar's native envs in native calls (`Actor._run_native`, many rollouts
-and their hand-offs per call) against one fused unroll per Python iteration (`Actor._run`'s
-loop, what the runtime ran before), in one process, the two taking turns:
+"""The runtime's hand-offs in native calls against the Python loops they replace, in one
+process, the modes taking turns:
+
+- ``python``: one fused unroll per Python iteration of the actor, the learner's batch taken in
+  Python (`Learner._gather`, `Batch.stack`): what the runtime ran before;
+- ``native_loop``: the actor's whole loop in native calls (`Actor._run_native`);
+- ``native``: that, and the learner's batch taken natively (`NativeInbox`).
 
     python experiments/native_actor_loop_ab.py ROUNDS [SECONDS]
 
-Each measure is `rlpar.bench.runtime.runtime_measure` (the whole runtime on rlpar's CartPole,
-T = 20, the IMPALA learner training) at 1 x 64, 2 x 64 and 1 x 256 actors x envs. Prints, per
-case and mode, the medians over the rounds of the env steps/s, the GIL shares, the GIL-held time
-per rollout and per learner step, and the actor ceiling, as JSON.
+Each measure is `rlpar.bench.runtime.runtime_measure` (the whole runtime, the IMPALA learner
+training) on rlpar's CartPole, T = 20, at 1 x 64, 2 x 64 and 1 x 256 actors x envs, and on
+gymnasium's CartPole, T = 16, at 1 x 16 (a Python env: the actor loop is not native there, the
+learner's take is). Prints, per case and mode, the medians over the rounds of the env steps/s,
+the GIL shares, the GIL-held time per rollout and per learner step, and the actor ceiling, as
+JSON.
 """
 
 from __future__ import annotations
@@ -19,13 +25,20 @@ from typing import Any
 
 from rlpar.bench.runtime import runtime_measure
 from rlpar.runtime.actor import Actor
+from rlpar.runtime.learner import Learner
 
-CASES = ((1, 64), (2, 64), (1, 256))
-NATIVE = Actor._native_loop
+CASES = ((1, 64, "rlpar/CartPole-v1", 20), (2, 64, "rlpar/CartPole-v1", 20),
+         (1, 256, "rlpar/CartPole-v1", 20), (1, 16, "CartPole-v1", 16))  # fmt: skip
+NATIVE_LOOP, INBOX = Actor._native_loop, Learner.attach_inbox
+MODES = {  # (the actor's choice of loop, the learner's inbox)
+    "python": (lambda self, q: False, lambda self, q, a: None),
+    "native_loop": (NATIVE_LOOP, lambda self, q, a: None),
+    "native": (NATIVE_LOOP, INBOX),
+}
 
 
-def measure(actors: int, envs: int, seconds: float) -> dict[str, float]:
-    m = runtime_measure(actors, True, seconds, envs, "rlpar/CartPole-v1", unroll_length=20)
+def measure(actors: int, envs: int, env: str, unroll: int, seconds: float) -> dict[str, float]:
+    m = runtime_measure(actors, True, seconds, envs, env, unroll_length=unroll)
     thread_s = m["wall_s"] * actors  # the actors' shares are of their summed wall time
     m["actor_held_us_per_rollout"] = 1e6 * m["actor_held"] * thread_s / max(m["rollouts"], 1)
     m["learner_held_us_per_step"] = (
@@ -35,18 +48,19 @@ def measure(actors: int, envs: int, seconds: float) -> dict[str, float]:
 
 
 def run(rounds: int, seconds: float) -> dict[str, Any]:
-    modes = {"per_rollout": lambda self, q: False, "native_loop": NATIVE}
     got: dict[str, dict[str, list[dict[str, float]]]] = {
-        f"{a}x{k}": {mode: [] for mode in modes} for a, k in CASES
+        f"{env} {a}x{k}": {mode: [] for mode in MODES} for a, k, env, _ in CASES
     }
     try:
         for _ in range(rounds):
-            for a, k in CASES:
-                for mode, choose in modes.items():
-                    Actor._native_loop = choose  # type: ignore[method-assign]
-                    got[f"{a}x{k}"][mode].append(measure(a, k, seconds))
+            for a, k, env, unroll in CASES:
+                for mode, (loop, inbox) in MODES.items():
+                    Actor._native_loop = loop  # type: ignore[method-assign]
+                    Learner.attach_inbox = inbox  # type: ignore[method-assign]
+                    got[f"{env} {a}x{k}"][mode].append(measure(a, k, env, unroll, seconds))
     finally:
-        Actor._native_loop = NATIVE  # type: ignore[method-assign]
+        Actor._native_loop = NATIVE_LOOP  # type: ignore[method-assign]
+        Learner.attach_inbox = INBOX  # type: ignore[method-assign]
     keys = ("rate", "actor_held", "actor_wait", "actor_native", "actor_held_us_per_rollout",
             "learner_held", "learner_held_us_per_step", "ceiling")  # fmt: skip
     out: dict[str, Any] = {}
@@ -55,8 +69,8 @@ def run(rounds: int, seconds: float) -> dict[str, Any]:
             mode: {key: round(statistics.median(r[key] for r in rs), 4) for key in keys}
             for mode, rs in by_mode.items()
         }
-        out[case]["rate_ratio"] = round(
-            out[case]["native_loop"]["rate"] / out[case]["per_rollout"]["rate"], 3
+        out[case]["rate_ratio_native_vs_python"] = round(
+            out[case]["native"]["rate"] / out[case]["python"]["rate"], 3
         )
     return out
 

@@ -8,7 +8,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CategoricalSampler', 'FusedActorLoop', 'HeadSpec', 'LayerSpec', 'Net', 'NetSpec', 'Snapshot', 'SnapshotStore', 'StepLoop', 'Tape', 'TicketQueue', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_calibration', 'gil_meter', 'gil_release_threshold', 'global_norm', 'native_env_names', 'ppo_loss', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
+__all__: list[str] = ['CategoricalSampler', 'FusedActorLoop', 'HeadSpec', 'LayerSpec', 'Net', 'NetSpec', 'RolloutInbox', 'Snapshot', 'SnapshotStore', 'StepLoop', 'Tape', 'TicketQueue', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_calibration', 'gil_meter', 'gil_release_threshold', 'global_norm', 'native_env_names', 'ppo_loss', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
 def amx_available() -> bool:
     """
     True when this CPU and OS run Intel AMX-BF16 tiles, which LSTM(matmul='bf16x3') needs.
@@ -199,6 +199,22 @@ class Net:
     @property
     def state_size(self) -> int:
         ...
+class RolloutInbox:
+    """
+    The learner's take of a batch from the rollout inbox (rlpar/inbox.h): tickets popped from `inbox` (waiting without the GIL), each named buffer copied side by side into the batch arrays and handed back to its actor's free queue, with no Python per rollout. Register every buffer (add) before the first take; one thread takes.
+    """
+    def __init__(self, inbox: TicketQueue, layout: collections.abc.Sequence, env_axis: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        """
+        layout: one buffer's arrays (the rollout fields, in order); env_axis: the axis each is concatenated along in a batch (1 for [T, K, ...], 0 for a [K, S] core state).
+        """
+    def add(self, ticket: typing.SupportsInt | typing.SupportsIndex, arrays: collections.abc.Sequence, free: TicketQueue, free_ticket: typing.SupportsInt | typing.SupportsIndex, stamp: typing.Any) -> None:
+        """
+        Register the buffer `ticket` names on the inbox: its arrays (the layout's dtypes and shapes), the actor's free TicketQueue and its ticket there, and its stamp int64 [2] (stamp[0]: the version it was acted with).
+        """
+    def take(self, dst: collections.abc.Sequence, versions: typing.Any, start: typing.SupportsInt | typing.SupportsIndex, learner_version: typing.SupportsInt | typing.SupportsIndex, max_lag: typing.Any = None, timeout: typing.Any = None, release_gil: typing.Any = None) -> tuple:
+        """
+        Fill column blocks start .. B - 1 of the batch arrays `dst` (the layout's shapes with B times the env axis) and versions int64 [B] from the rollouts queued, waiting at most `timeout` seconds in all (None: no limit); a rollout more than max_lag versions behind learner_version is handed back unused. The copies run with the GIL released when release_gil is True (kept otherwise). Returns (columns filled, rollouts dropped).
+        """
 class Snapshot:
     """
     A pinned, immutable parameter snapshot. Pass it as `params` to Net.forward, or read `params` (a zero-copy read-only float32 view).

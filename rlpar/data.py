@@ -30,7 +30,7 @@ import numpy as np
 from rlpar._checks import check_int
 from rlpar.parallel import even_slices
 
-__all__ = ["ARRAY_FIELDS", "Batch", "Rollout", "episode_starts"]
+__all__ = ["ARRAY_FIELDS", "ENV_AXIS", "Batch", "Rollout", "episode_starts"]
 
 
 @dataclass
@@ -108,7 +108,7 @@ class Rollout:
 _SCALARS = ("version", "actor", "seq", "ended", "stamp")  # not the batch's arrays
 ARRAY_FIELDS = tuple(f.name for f in fields(Rollout) if f.name not in _SCALARS)
 # The env (column) axis of each array: time comes first, except in the per-env core state.
-_ENV_AXIS = {name: 0 if name == "core_state" else 1 for name in ARRAY_FIELDS}
+ENV_AXIS = {name: 0 if name == "core_state" else 1 for name in ARRAY_FIELDS}
 
 
 def episode_starts(mask: np.ndarray) -> np.ndarray:
@@ -147,7 +147,7 @@ class Batch:
             arrays = {name: getattr(rollouts[0], name).copy() for name in ARRAY_FIELDS}
         else:
             arrays = {
-                name: np.concatenate([getattr(r, name) for r in rollouts], axis=_ENV_AXIS[name])
+                name: np.concatenate([getattr(r, name) for r in rollouts], axis=ENV_AXIS[name])
                 for name in ARRAY_FIELDS
             }
         versions = np.array([r.version for r in rollouts], np.int64)
@@ -175,7 +175,7 @@ class Batch:
         return Batch(
             **{
                 name: np.ascontiguousarray(
-                    getattr(self, name)[(slice(None),) * _ENV_AXIS[name] + (cols,)]
+                    getattr(self, name)[(slice(None),) * ENV_AXIS[name] + (cols,)]
                 )
                 for name in ARRAY_FIELDS
                 if getattr(self, name) is not None

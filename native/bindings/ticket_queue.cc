@@ -7,15 +7,23 @@
 // each). The price of letting go: in a loop of GIL-bound threads the waker may then wait for the
 // GIL (two actors on gymnasium's CartPole beside an idle learner, `rlpar bench runtime`: 40 % of
 // their time, at an unchanged env-step rate).
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bindings.h"
+#include "convert.h"
 #include "gil.h"
+#include "rlpar/inbox.h"
 #include "rlpar/ticket_queue.h"
 
 namespace py = pybind11;
@@ -74,6 +82,157 @@ py::object get(TicketQueue& q, py::handle timeout) {
   return got ? py::object(py::int_(ticket)) : py::object(py::none());
 }
 
+// rlpar::RolloutInbox over a HandOff's queue: every registered buffer's arrays are checked
+// against the first one's layout and kept alive here; take() waits for tickets without the GIL
+// and copies each rollout with it released or kept (release_gil).
+class PyInbox {
+ public:
+  PyInbox(std::shared_ptr<TicketQueue> inbox, const py::sequence& layout,
+          const std::vector<int64_t>& env_axis)
+      : inbox_(std::move(inbox)) {
+    if (!inbox_) throw py::type_error("RolloutInbox: inbox must be a TicketQueue");
+    if (layout.size() < 1 || layout.size() != env_axis.size()) {
+      throw py::value_error("RolloutInbox: expected a buffer's arrays and one env axis each, got " +
+                            std::to_string(layout.size()) + " and " +
+                            std::to_string(env_axis.size()));
+    }
+    std::vector<int64_t> rows, row_bytes;
+    for (size_t f = 0; f < layout.size(); ++f) {
+      const std::string what = "layout[" + std::to_string(f) + "]";
+      py::array a = as_array(layout[f], what.c_str());
+      const int64_t axis = env_axis[f];
+      if ((axis != 0 && axis != 1) || a.ndim() <= axis) {
+        throw py::value_error(what + ": env axis must be 0 or 1 and within its " +
+                              std::to_string(a.ndim()) + " dims, got " + std::to_string(axis));
+      }
+      dtypes_.push_back(a.dtype());
+      shapes_.emplace_back(a.shape(), a.shape() + a.ndim());
+      axes_.push_back(axis);
+      rows.push_back(axis == 0 ? 1 : a.shape(0));
+      row_bytes.push_back(axis == 0 ? a.nbytes() : a.nbytes() / std::max<py::ssize_t>(a.shape(0), 1));
+    }
+    core_ = std::make_unique<rlpar::RolloutInbox>(*inbox_, rows, row_bytes);
+  }
+
+  void add(int64_t ticket, const py::sequence& arrays, std::shared_ptr<TicketQueue> free,
+           int64_t free_ticket, py::handle stamp) {
+    if (!free) throw py::type_error("RolloutInbox.add: free must be a TicketQueue");
+    if (arrays.size() != shapes_.size()) {
+      throw py::value_error("RolloutInbox.add: expected " + std::to_string(shapes_.size()) +
+                            " arrays, got " + std::to_string(arrays.size()));
+    }
+    rlpar::InboxEntry e;
+    for (size_t f = 0; f < shapes_.size(); ++f) {
+      e.fields.push_back(checked(arrays[f], f, "arrays", 1));
+    }
+    e.free = free.get();
+    e.free_ticket = free_ticket;
+    e.stamp = output_array<int64_t>(keep(stamp), "stamp", {2});
+    core_->add(ticket, std::move(e));
+    frees_.push_back(std::move(free));
+  }
+
+  py::tuple take(const py::sequence& dst, py::handle versions, int64_t start,
+                 int64_t learner_version, py::object max_lag, py::handle timeout,
+                 py::handle release_gil) {
+    const int64_t count = versions_count(versions);
+    int64_t* v = output_array<int64_t>(versions, "versions", {count});
+    if (dst.size() != shapes_.size()) {
+      throw py::value_error("take: expected " + std::to_string(shapes_.size()) +
+                            " batch arrays, got " + std::to_string(dst.size()));
+    }
+    std::vector<void*> out;
+    for (size_t f = 0; f < shapes_.size(); ++f) {
+      out.push_back(const_cast<void*>(checked(dst[f], f, "dst", count, true)));
+    }
+    if (start < 0 || start > count) {
+      throw py::value_error("take: start must be in [0, " + std::to_string(count) + "], got " +
+                            std::to_string(start));
+    }
+    const int64_t lag = max_lag.is_none() ? -1 : max_lag.cast<int64_t>();
+    const double wait = timeout_arg(timeout);
+    const bool release = !release_gil.is_none() && release_gil.cast<bool>();
+    using Clock = std::chrono::steady_clock;
+    const auto begin = Clock::now();
+    int64_t filled = start, dropped = 0;
+    while (filled < count) {
+      int64_t ticket = 0;
+      bool wake = false;
+      bool got = inbox_->try_pop(ticket, wake);
+      if (got && wake) {
+        CallScope scope(true, false, true);
+        inbox_->wake_pusher();
+      }
+      if (!got) {
+        double left = -1;
+        if (wait >= 0) {
+          left = std::max(0.0, wait - std::chrono::duration<double>(Clock::now() - begin).count());
+          if (left == 0) break;
+        }
+        CallScope scope(true, false, true);
+        got = scope.released() && inbox_->pop(ticket, left);
+      }
+      if (!got) break;
+      bool kept;
+      {
+        CallScope scope(release, false);
+        kept = core_->accept(ticket, out, v, filled, count, learner_version, lag);
+      }
+      kept ? ++filled : ++dropped;
+    }
+    return py::make_tuple(filled, dropped);
+  }
+
+ private:
+  static int64_t versions_count(py::handle versions) {
+    if (!py::isinstance<py::array>(versions)) {
+      throw py::type_error("versions must be a numpy array, got " + type_name(versions));
+    }
+    const auto a = py::reinterpret_borrow<py::array>(versions);
+    if (a.ndim() != 1 || a.shape(0) < 1) {
+      throw py::value_error("versions must have shape (B,) with B >= 1, got " + shape_str(a));
+    }
+    return a.shape(0);
+  }
+
+  py::handle keep(py::handle obj) {
+    kept_.push_back(py::reinterpret_borrow<py::object>(obj));
+    return obj;
+  }
+
+  // Field f of a buffer (times = 1) or of a batch of `times` buffers: the layout's dtype and
+  // shape (the env axis `times` as long), C-contiguous (and writable for a batch).
+  const void* checked(py::handle obj, size_t f, const char* what, int64_t times,
+                      bool writable = false) {
+    const std::string name = std::string(what) + "[" + std::to_string(f) + "]";
+    if (!py::isinstance<py::array>(obj)) {
+      throw py::type_error(name + " must be a numpy array, got " + type_name(obj));
+    }
+    const auto a = py::reinterpret_borrow<py::array>(obj);
+    if (!a.dtype().is(dtypes_[f]) && !a.dtype().equal(dtypes_[f])) {
+      throw py::type_error(name + " must be " + py::str(dtypes_[f]).cast<std::string>() +
+                           ", got " + dtype_str(a));
+    }
+    std::vector<py::ssize_t> want = shapes_[f];
+    want[static_cast<size_t>(axes_[f])] *= times;
+    require_dims(a, name.c_str(), want);
+    if (!(a.flags() & py::array::c_style) || (writable && !a.writeable())) {
+      throw py::value_error(name + " must be a C-contiguous" + (writable ? ", writable" : "") +
+                            " array");
+    }
+    if (!writable) keep(obj);
+    return a.data();
+  }
+
+  std::shared_ptr<TicketQueue> inbox_;
+  std::vector<py::dtype> dtypes_;
+  std::vector<std::vector<py::ssize_t>> shapes_;
+  std::vector<int64_t> axes_;
+  std::unique_ptr<rlpar::RolloutInbox> core_;
+  std::vector<std::shared_ptr<TicketQueue>> frees_;
+  std::vector<py::object> kept_;
+};
+
 }  // namespace
 
 void bind_ticket_queue(py::module_& m) {
@@ -92,6 +251,31 @@ void bind_ticket_queue(py::module_& m) {
            "not wait); None on timeout.")
       .def("qsize", &TicketQueue::size, "Tickets queued now.")
       .def_property_readonly("maxsize", &TicketQueue::maxsize);
+
+  py::class_<PyInbox>(
+      m, "RolloutInbox",
+      "The learner's take of a batch from the rollout inbox (rlpar/inbox.h): tickets popped "
+      "from `inbox` (waiting without the GIL), each named buffer copied side by side into the "
+      "batch arrays and handed back to its actor's free queue, with no Python per rollout. "
+      "Register every buffer (add) before the first take; one thread takes.")
+      .def(py::init<std::shared_ptr<TicketQueue>, const py::sequence&, const std::vector<int64_t>&>(),
+           py::arg("inbox"), py::arg("layout"), py::arg("env_axis"),
+           "layout: one buffer's arrays (the rollout fields, in order); env_axis: the axis each "
+           "is concatenated along in a batch (1 for [T, K, ...], 0 for a [K, S] core state).")
+      .def("add", &PyInbox::add, py::arg("ticket"), py::arg("arrays"), py::arg("free"),
+           py::arg("free_ticket"), py::arg("stamp"),
+           "Register the buffer `ticket` names on the inbox: its arrays (the layout's dtypes and "
+           "shapes), the actor's free TicketQueue and its ticket there, and its stamp int64 [2] "
+           "(stamp[0]: the version it was acted with).")
+      .def("take", &PyInbox::take, py::arg("dst"), py::arg("versions"), py::arg("start"),
+           py::arg("learner_version"), py::arg("max_lag") = py::none(),
+           py::arg("timeout") = py::none(), py::arg("release_gil") = py::none(),
+           "Fill column blocks start .. B - 1 of the batch arrays `dst` (the layout's shapes "
+           "with B times the env axis) and versions int64 [B] from the rollouts queued, waiting "
+           "at most `timeout` seconds in all (None: no limit); a rollout more than max_lag "
+           "versions behind learner_version is handed back unused. The copies run with the GIL "
+           "released when release_gil is True (kept otherwise). Returns (columns filled, "
+           "rollouts dropped).");
 }
 
 }  // namespace rlpar_py

@@ -1,16 +1,21 @@
 // TicketQueue (rlpar/ticket_queue.h), the queue under the runtime's rollout hand-offs. Under
 // ThreadSanitizer: producers and consumers hand tickets over through a bounded queue, with and
 // without blocking, and every ticket arrives exactly once, in order per producer; a full queue
-// makes a pusher wait and a pop wakes it; timeouts return with nothing changed.
+// makes a pusher wait and a pop wakes it; timeouts return with nothing changed. The learner's
+// RolloutInbox (rlpar/inbox.h) over it: actor threads fill buffers and queue them while the
+// learner takes batches; every batch holds whole rollouts, each buffer back with its actor.
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "check.h"
+#include "rlpar/inbox.h"
 #include "rlpar/ticket_queue.h"
 
 using rlpar::TicketQueue;
@@ -145,11 +150,88 @@ void many_threads_hand_over_everything() {
   }
 }
 
+// Two actors, two buffers each ([3 rows of 4 floats] and [1 row of 2 int64]), filled with the
+// rollout's code (actor * 1000000 + seq) and stamped with it; the learner takes 600 batches of 3.
+void inbox_takes_whole_rollouts_under_threads() {
+  constexpr int kActors = 2, kBuffers = 2, kBatches = 600, kB = 3;
+  TicketQueue inbox(kActors * kBuffers);
+  rlpar::RolloutInbox take_from(inbox, {3, 1}, {4 * 4, 2 * 8});
+  struct Buffer {
+    std::array<float, 12> a{};
+    std::array<int64_t, 2> b{};
+    std::array<int64_t, 2> stamp{};
+  };
+  std::vector<Buffer> buffers(kActors * kBuffers);
+  std::vector<std::unique_ptr<TicketQueue>> frees;
+  for (int a = 0; a < kActors; ++a) {
+    frees.push_back(std::make_unique<TicketQueue>(0));
+    for (int i = 0; i < kBuffers; ++i) {
+      Buffer& buf = buffers[a * kBuffers + i];
+      take_from.add(a * kBuffers + i,
+                    {{buf.a.data(), buf.b.data()}, frees[a].get(), i, buf.stamp.data()});
+      bool wake = false;
+      CHECK(frees[a]->try_push(i, wake));
+    }
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> push_failures{0};  // CHECK is for the main thread only
+  std::vector<std::thread> actors;
+  for (int a = 0; a < kActors; ++a) {
+    actors.emplace_back([&, a] {
+      for (int64_t seq = 0; !stop.load();) {
+        int64_t i = 0;
+        if (!frees[a]->pop(i, 0.01)) continue;
+        Buffer& buf = buffers[a * kBuffers + i];
+        const int64_t code = a * 1000000 + seq++;
+        buf.a.fill(static_cast<float>(code % 1000));
+        buf.b.fill(code);
+        buf.stamp[0] = code;
+        if (!inbox.push(a * kBuffers + i, 1.0)) ++push_failures;
+      }
+    });
+  }
+  std::vector<float> a(3 * kB * 4);
+  std::vector<int64_t> b(kB * 2), versions(kB);
+  std::array<int64_t, kActors> last{-1, -1};
+  int whole_batches = 0;
+  for (int n = 0; n < kBatches; ++n) {
+    const auto t = take_from.take({a.data(), b.data()}, versions.data(), 0, kB, 0, -1, 5.0);
+    if (t.filled != kB) break;
+    bool whole = t.dropped == 0;
+    for (int p = 0; p < kB; ++p) {
+      const int64_t code = versions[p];
+      for (int r = 0; r < 3; ++r) {
+        for (int j = 0; j < 4; ++j) {
+          whole = whole && a[(r * kB + p) * 4 + j] == static_cast<float>(code % 1000);
+        }
+      }
+      whole = whole && b[p * 2] == code && b[p * 2 + 1] == code;
+      const auto actor = static_cast<size_t>(code / 1000000);
+      whole = whole && actor < last.size() && code > last[actor];  // each actor's in its order
+      if (actor < last.size()) last[actor] = code;
+    }
+    whole_batches += whole ? 1 : 0;
+  }
+  stop.store(true);
+  for (auto& th : actors) th.join();
+  CHECK(whole_batches == kBatches);
+  CHECK(push_failures.load() == 0);
+  // a ticket that names no buffer is refused
+  bool refused = false;
+  try {
+    take_from.accept(99, {a.data(), b.data()}, versions.data(), 0, kB, 0, -1);
+  } catch (const std::invalid_argument&) {
+    refused = true;
+  }
+  CHECK(refused);
+}
+
 }  // namespace
 
 int main() {
   fifo_bounds_and_timeouts();
   fast_paths_report_waiters();
   many_threads_hand_over_everything();
+  inbox_takes_whole_rollouts_under_threads();
   return rlpar_test::finish("test_ticket_queue");
 }

@@ -100,6 +100,7 @@ class Actor:
         self.free: HandOff[Rollout] = HandOff()
         self.buffers = _allocate(index, envs, self.actions, net, unroll_length, num_buffers)
         for r in self.buffers:  # buffer i is ticket i of the free queue (`_run_native`)
+            r.stamp = np.zeros(2, np.int64)  # version and seq, for the native hand-offs
             self.free.reserve(r)
             self.free.put(r)
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, index, 1 << 20]))
@@ -222,9 +223,6 @@ class Actor:
         c = self.carry
         c.obs = np.array(c.obs)  # written in place by the loop from now on
         c.prev_done = np.array(c.prev_done, bool)
-        for r in self.buffers:
-            if r.stamp is None:
-                r.stamp = np.zeros(2, np.int64)
         loop = self.envs.fused_loop(  # type: ignore[attr-defined]  # checked by _native_loop
             self.net,
             self.store,
@@ -266,6 +264,8 @@ class Actor:
             self._unroll_stepped(r, episodes)
         r.actor = self.index
         r.seq = self.seq
+        if r.stamp is not None:  # what a native reader of the rollout takes them from
+            r.stamp[0], r.stamp[1] = r.version, r.seq
         self.seq += 1
         self.stats.rollouts += 1
         self.stats.env_steps += r.env_steps

@@ -1,5 +1,9 @@
 """The learner thread: a thin shell around ``agent.learn`` (batching, policy lag, publishing),
-and between two steps, the run's hooks (stop rules, target checks, checkpoints)."""
+and between two steps, the run's hooks (stop rules, target checks, checkpoints).
+
+Outside deterministic mode, with the actors in this process, the batch is taken natively
+(`NativeInbox`: the rollouts popped from the inbox, copied side by side and handed back in
+native code, no Python per rollout); otherwise in Python (`Learner._gather`, `Batch.stack`)."""
 
 from __future__ import annotations
 
@@ -8,17 +12,20 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from rlpar import _native
 from rlpar.agent import Agent, LearnerState
-from rlpar.data import Batch, Rollout
+from rlpar.data import ARRAY_FIELDS, ENV_AXIS, Batch, Rollout
 from rlpar.nn import Net
 from rlpar.runtime.common import POLL_S, ActorHandle, EpisodeLog, ItemQueue
 from rlpar.runtime.gil_meter import GilTimes, ThreadMeter
+from rlpar.runtime.handoff import HandOff
 from rlpar.snapshot import SnapshotStore
 
-__all__ = ["Learner", "LearnerHook", "LearnerStats", "VersionClock"]
+__all__ = ["Learner", "LearnerHook", "LearnerStats", "NativeInbox", "VersionClock"]
 
 #: Called on the learner thread after each step, with nothing: a hook is built with what it
 #: reads (the learner's state, quiet until the next step) and what it may do (decide the run's
@@ -81,6 +88,68 @@ class VersionClock:
         return lambda v: self.wait_for(first + v - 1, stop)
 
 
+class NativeInbox:
+    """The learner's side of the hand-off in native calls (`rlpar._native.RolloutInbox`): a
+    batch's rollouts popped from ``queue`` (waiting without the GIL), copied side by side into
+    new batch arrays and their buffers handed back to the actors' free queues, with no Python
+    per rollout. Every buffer of ``actors`` gets a slot of its own in ``queue`` and in its
+    actor's free queue (`HandOff.reserve`) and is registered here before any thread starts;
+    each rollout's version comes from its ``stamp``.
+
+    ``release_gil``: the copies run without the GIL (for actors that never want it, those
+    whose whole loop is native: `rlpar.runtime.actor.Actor._run_native`); else they keep it,
+    since handing it to an actor that steps a Python env costs the learner more than the copy."""
+
+    def __init__(self, queue: HandOff[Rollout], actors: Sequence[Any], release_gil: bool) -> None:
+        first = actors[0].buffers[0]
+        self.queue = queue
+        self.release_gil = release_gil
+        self._inbox = _native.RolloutInbox(
+            queue.tickets,
+            [getattr(first, n) for n in ARRAY_FIELDS],
+            [ENV_AXIS[n] for n in ARRAY_FIELDS],
+        )
+        for actor in actors:
+            for r in actor.buffers:
+                arrays = [getattr(r, n) for n in ARRAY_FIELDS]
+                free_ticket = actor.free.reserve(r)
+                self._inbox.add(queue.reserve(r), arrays, actor.free.tickets, free_ticket, r.stamp)
+        self._fields = [
+            (n, getattr(first, n).dtype, getattr(first, n).shape, ENV_AXIS[n]) for n in ARRAY_FIELDS
+        ]
+
+    def take(
+        self,
+        stop: threading.Event,
+        count: int,
+        version: int,
+        max_lag: int | None,
+        stats: LearnerStats,
+    ) -> Batch | None:
+        """The next ``count`` rollouts as a batch for learner ``version`` (None once ``stop``
+        is set); rollouts more than ``max_lag`` versions old are handed back and counted."""
+        arrays: dict[str, np.ndarray] = {}
+        for name, dtype, shape, axis in self._fields:
+            batch_shape = list(shape)
+            batch_shape[axis] *= count
+            arrays[name] = np.empty(batch_shape, dtype)
+        dst = list(arrays.values())
+        versions = np.empty(count, np.int64)
+        filled = 0
+        t0 = time.perf_counter()
+        while filled < count:
+            if stop.is_set():
+                return None
+            filled, dropped = self._inbox.take(
+                dst, versions, filled, version, max_lag, POLL_S, self.release_gil
+            )
+            stats.dropped_rollouts += dropped
+        stats.queue_wait_s += time.perf_counter() - t0
+        return Batch(
+            **arrays, versions=versions, policy_lag=version - versions, learner_version=version
+        )
+
+
 class Learner:
     """Consumes B rollouts per step, calls ``agent.learn``, publishes version ``steps + 1``."""
 
@@ -107,6 +176,20 @@ class Learner:
         self.clock = clock
         self.episodes = episodes
         self.stats = stats if stats is not None else LearnerStats()
+        #: takes the batches natively from its queue when set (`attach_inbox`)
+        self.inbox: NativeInbox | None = None
+
+    def attach_inbox(self, queue: HandOff[Rollout], actors: Sequence[Any]) -> None:
+        """Take batches from ``queue`` natively (`NativeInbox`) when ``actors`` (this run's
+        actor threads, before they start) allow it: not in deterministic mode (it orders the
+        batch by actor), and every actor in this process with its buffers. The copies and the
+        publish let go of the GIL when every actor runs its whole loop natively."""
+        from rlpar.runtime.actor import Actor  # the actors' module imports this one
+
+        if self.deterministic or not actors or not all(isinstance(a, Actor) for a in actors):
+            return
+        native = all(a._native_loop(queue) for a in actors)
+        self.inbox = NativeInbox(queue, actors, release_gil=native)
 
     @property
     def version(self) -> int:
@@ -125,11 +208,20 @@ class Learner:
         runs it writes the final checkpoint after this thread returns."""
         meter = ThreadMeter()
         try:
+            inbox = self.inbox if self.inbox is not None and self.inbox.queue is in_queue else None
             while not stop.is_set():
-                rollouts = self._gather(stop, in_queue)
-                if rollouts is None:
-                    return
-                self.step(rollouts)
+                if inbox is not None:
+                    batch = inbox.take(
+                        stop, self.batch_rollouts, self.version, self.max_policy_lag, self.stats
+                    )
+                    if batch is None:
+                        return
+                    self._learn(batch, inbox.release_gil)
+                else:
+                    rollouts = self._gather(stop, in_queue)
+                    if rollouts is None:
+                        return
+                    self.step(rollouts)
                 for hook in hooks:
                     if stop.is_set():
                         break
@@ -141,7 +233,6 @@ class Learner:
 
     def step(self, rollouts: list[Rollout]) -> dict[str, float]:
         """One learner step on exactly these rollouts; hands their buffers back to the actors."""
-        s = self.stats
         if self.deterministic:
             rollouts.sort(key=lambda r: (r.actor, r.seq))
         batch = Batch.stack(rollouts, self.version)
@@ -150,11 +241,17 @@ class Learner:
             self.actors[r.actor].free.put(r)
         if self.episodes is not None:
             self.episodes.add_many(ended)  # deterministic mode: logged in batch order
+        return self._learn(batch)
+
+    def _learn(self, batch: Batch, release_gil: bool = False) -> dict[str, float]:
+        """``agent.learn`` on ``batch`` (the learner's own copy), the publish, the stats."""
+        s = self.stats
         t0 = time.perf_counter()
         metrics = self.agent.learn(self.net, self.state, batch)
         self.state.steps += 1
         t1 = time.perf_counter()
-        if not self.store.publish(self.state.params, version=self.version):
+        release = True if release_gil else None
+        if not self.store.publish(self.state.params, version=self.version, release_gil=release):
             s.skipped_publishes += 1
         if self.deterministic:  # only deterministic actors wait for versions
             self.clock.advance(self.version)
@@ -162,7 +259,7 @@ class Learner:
         s.learn_s += t1 - t0
         s.steps += 1
         s.samples += batch.rewards.size
-        lags = [batch.learner_version - r.version for r in rollouts]  # np.mean/max: ~10 us
+        lags = batch.policy_lag.tolist()  # np.mean/max: ~10 us
         s.lag_mean = sum(lags) / len(lags)
         s.lag_max = max(lags)
         s.metrics = metrics

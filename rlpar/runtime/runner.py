@@ -157,6 +157,7 @@ class Runner:
         self.queue: HandOff[Rollout] = HandOff(maxsize=cfg.num_actors * cfg.buffers_per_actor)
         self._verdict = StopVerdict(self.stop)
         self.learner = _learner(cfg, self.agent, self.net, self.state, self.store, self.counters)
+        self.learner.attach_inbox(self.queue, self.actors)  # batches taken natively, if it can
         self.clock = self.learner.clock
         self._checkpoints = Checkpointer(
             self.checkpoint_dir,
