@@ -6,14 +6,14 @@ process, the modes taking turns:
 - ``native_loop``: the actor's whole loop in native calls (`Actor._run_native`);
 - ``native``: that, and the learner's batch taken natively (`NativeInbox`).
 
-    python experiments/native_actor_loop_ab.py ROUNDS [SECONDS]
+    python experiments/native_actor_loop_ab.py ROUNDS [SECONDS [CASE ...]]
 
 Each measure is `rlpar.bench.runtime.runtime_measure` (the whole runtime, the IMPALA learner
 training) on rlpar's CartPole, T = 20, at 1 x 64, 2 x 64 and 1 x 256 actors x envs, and on
 gymnasium's CartPole, T = 16, at 1 x 16 (a Python env: the actor loop is not native there, the
 learner's take is). Prints, per case and mode, the medians over the rounds of the env steps/s,
 the GIL shares, the GIL-held time per rollout and per learner step, and the actor ceiling, as
-JSON.
+JSON. CASE: run only the cases whose name ("ENV AxK") contains one of them.
 """
 
 from __future__ import annotations
@@ -47,13 +47,14 @@ def measure(actors: int, envs: int, env: str, unroll: int, seconds: float) -> di
     return m
 
 
-def run(rounds: int, seconds: float) -> dict[str, Any]:
+def run(rounds: int, seconds: float, only: list[str]) -> dict[str, Any]:
+    cases = [c for c in CASES if not only or any(o in f"{c[2]} {c[0]}x{c[1]}" for o in only)]
     got: dict[str, dict[str, list[dict[str, float]]]] = {
-        f"{env} {a}x{k}": {mode: [] for mode in MODES} for a, k, env, _ in CASES
+        f"{env} {a}x{k}": {mode: [] for mode in MODES} for a, k, env, _ in cases
     }
     try:
         for _ in range(rounds):
-            for a, k, env, unroll in CASES:
+            for a, k, env, unroll in cases:
                 for mode, (loop, inbox) in MODES.items():
                     Actor._native_loop = loop  # type: ignore[method-assign]
                     Learner.attach_inbox = inbox  # type: ignore[method-assign]
@@ -77,4 +78,4 @@ def run(rounds: int, seconds: float) -> dict[str, Any]:
 
 if __name__ == "__main__":
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 4.0
-    print(json.dumps(run(int(sys.argv[1]), seconds), indent=1))
+    print(json.dumps(run(int(sys.argv[1]), seconds, sys.argv[3:]), indent=1))

@@ -173,12 +173,20 @@ class PyInbox {
         got = scope.released() && inbox_->pop(ticket, left);
       }
       if (!got) break;
-      bool kept;
+      rlpar::RolloutInbox::Accepted a;
       {
         CallScope scope(release, false);
-        kept = core_->accept(ticket, out, v, filled, count, learner_version, lag);
+        a = core_->accept(ticket, out, v, filled, count, learner_version, lag);
+        if (release && a.wake != nullptr) {
+          a.wake->wake_popper();
+          a.wake = nullptr;
+        }
       }
-      kept ? ++filled : ++dropped;
+      if (a.wake != nullptr) {  // without the GIL: see the top of the file
+        CallScope scope(true, false, true);
+        a.wake->wake_popper();
+      }
+      a.kept ? ++filled : ++dropped;
     }
     return py::make_tuple(filled, dropped);
   }

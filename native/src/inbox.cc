@@ -59,7 +59,9 @@ RolloutInbox::Take RolloutInbox::take(const std::vector<void*>& dst, int64_t* ve
     }
     int64_t ticket = 0;
     if (!inbox_.pop(ticket, left)) break;
-    if (accept(ticket, dst, versions, t.filled, count, learner_version, max_lag)) {
+    const Accepted a = accept(ticket, dst, versions, t.filled, count, learner_version, max_lag);
+    if (a.wake != nullptr) a.wake->wake_popper();
+    if (a.kept) {
       ++t.filled;
     } else {
       ++t.dropped;
@@ -68,8 +70,9 @@ RolloutInbox::Take RolloutInbox::take(const std::vector<void*>& dst, int64_t* ve
   return t;
 }
 
-bool RolloutInbox::accept(int64_t ticket, const std::vector<void*>& dst, int64_t* versions,
-                          int64_t p, int64_t count, int64_t learner_version, int64_t max_lag) {
+RolloutInbox::Accepted RolloutInbox::accept(int64_t ticket, const std::vector<void*>& dst,
+                                            int64_t* versions, int64_t p, int64_t count,
+                                            int64_t learner_version, int64_t max_lag) {
   if (ticket < 0 || static_cast<size_t>(ticket) >= known_.size() || !known_[ticket]) {
     throw std::invalid_argument("RolloutInbox: the inbox gave ticket " + std::to_string(ticket) +
                                 ", which names no registered buffer");
@@ -99,8 +102,7 @@ bool RolloutInbox::accept(int64_t ticket, const std::vector<void*>& dst, int64_t
   if (!e.free->try_push(e.free_ticket, wake)) {
     throw std::logic_error("RolloutInbox: an actor's free queue is full");
   }
-  if (wake) e.free->wake_popper();
-  return keep;
+  return {keep, wake ? e.free : nullptr};
 }
 
 }  // namespace rlpar

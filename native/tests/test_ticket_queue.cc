@@ -219,7 +219,7 @@ void inbox_takes_whole_rollouts_under_threads() {
   // a ticket that names no buffer is refused
   bool refused = false;
   try {
-    take_from.accept(99, {a.data(), b.data()}, versions.data(), 0, kB, 0, -1);
+    (void)take_from.accept(99, {a.data(), b.data()}, versions.data(), 0, kB, 0, -1);
   } catch (const std::invalid_argument&) {
     refused = true;
   }

@@ -180,16 +180,19 @@ class Learner:
         self.inbox: NativeInbox | None = None
 
     def attach_inbox(self, queue: HandOff[Rollout], actors: Sequence[Any]) -> None:
-        """Take batches from ``queue`` natively (`NativeInbox`) when ``actors`` (this run's
-        actor threads, before they start) allow it: not in deterministic mode (it orders the
-        batch by actor), and every actor in this process with its buffers. The copies and the
-        publish let go of the GIL when every actor runs its whole loop natively."""
+        """Take batches from ``queue`` natively (`NativeInbox`, the copies and the publish
+        without the GIL) when ``actors`` (this run's actor threads, before they start) never
+        want the GIL: not in deterministic mode (it orders the batch by actor), every actor in
+        this process and running its whole loop natively (`Actor._run_native`). Beside actors
+        that step Python envs the Python take is kept: measured against it there, the native
+        one (copies under the GIL) ran at the same rate with the actors waiting more for the
+        GIL (experiments/RESULTS.md, "The learner's take in native calls")."""
         from rlpar.runtime.actor import Actor  # the actors' module imports this one
 
         if self.deterministic or not actors or not all(isinstance(a, Actor) for a in actors):
             return
-        native = all(a._native_loop(queue) for a in actors)
-        self.inbox = NativeInbox(queue, actors, release_gil=native)
+        if all(a._native_loop(queue) for a in actors):
+            self.inbox = NativeInbox(queue, actors, release_gil=True)
 
     @property
     def version(self) -> int:

@@ -52,11 +52,17 @@ class RolloutInbox {
   Take take(const std::vector<void*>& dst, int64_t* versions, int64_t start, int64_t count,
             int64_t learner_version, int64_t max_lag, double timeout_s);
 
+  struct Accepted {
+    bool kept = false;             // copied (else older than max_lag)
+    TicketQueue* wake = nullptr;   // call wake->wake_popper(): the actor waits for the buffer
+  };
+
   // One rollout, already popped from the inbox: copied into column block p (< count) with its
-  // version in versions[p] and true returned, or, older than max_lag, false; either way its
-  // buffer is handed back. Throws std::invalid_argument for a ticket that names no buffer.
-  bool accept(int64_t ticket, const std::vector<void*>& dst, int64_t* versions, int64_t p,
-              int64_t count, int64_t learner_version, int64_t max_lag);
+  // version in versions[p] (kept), or, older than max_lag, not; either way its buffer is handed
+  // back, and an actor blocked on it is left for the caller to wake (after letting go of what
+  // it holds: the GIL). Throws std::invalid_argument for a ticket that names no buffer.
+  Accepted accept(int64_t ticket, const std::vector<void*>& dst, int64_t* versions, int64_t p,
+                  int64_t count, int64_t learner_version, int64_t max_lag);
 
   int64_t num_fields() const { return static_cast<int64_t>(rows_.size()); }
 
