@@ -49,8 +49,9 @@ class Rollout:
     - ``actor``, ``seq``: which actor produced it and its running count there
     - ``ended``: (return, length) of the episodes that ended in it, deterministic mode only
       (the learner logs them in batch order, so the episode log does not depend on timing)
-    - ``stamp``: int64 [2] or None: where a native actor loop (`rlpar._native.FusedActorLoop`)
-      writes ``version`` and ``seq`` without Python; `read_stamp` copies them over
+    - ``stamp``: int64 [2] or None: ``version`` and ``seq`` where native code reads and writes
+      them (the runtime's actors write it with every rollout, a native actor loop
+      `rlpar._native.FusedActorLoop` only there; `read_stamp` copies it to the fields)
     """
 
     obs: np.ndarray

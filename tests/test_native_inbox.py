@@ -153,3 +153,43 @@ def test_the_runtime_takes_batches_natively_where_it_can() -> None:
     )
     assert deterministic.learner.inbox is None
     deterministic.close()
+
+
+class Recording:
+    """IMPALA that keeps each batch's versions and lags, and raises at ``fail_at`` steps."""
+
+    def __new__(cls, fail_at: int | None = None):
+        base = type(rlpar.make_agent("impala"))
+
+        class Agent(base):
+            lags: list[np.ndarray] = []  # noqa: RUF012  (one list per made class)
+
+            def learn(self, net, state, batch):
+                if fail_at is not None and state.steps == fail_at:
+                    raise KeyError("learner exploded")
+                self.lags.append(batch.policy_lag.copy())
+                return super().learn(net, state, batch)
+
+        return Agent(base.Config())
+
+
+def test_stale_rollouts_are_dropped_on_the_native_path() -> None:
+    runtime = RuntimeConfig(num_actors=2, envs_per_actor=4, unroll_length=5, batch_rollouts=1,
+                            buffers_per_actor=3, max_policy_lag=0, total_env_steps=6_000,
+                            checkpoint_interval_s=None)  # fmt: skip
+    agent = Recording()
+    runner = rlpar.Runner(agent, EnvConfig("rlpar/CartPole-v1"), runtime)
+    assert runner.learner.inbox is not None
+    runner.run()
+    assert runner.learner.stats.dropped_rollouts > 0  # 6 buffers in flight, lag 0 allowed
+    assert agent.lags and all(int(lag.max()) == 0 for lag in agent.lags)
+
+
+def test_a_learner_error_stops_native_actors_and_is_reraised() -> None:
+    runtime = RuntimeConfig(num_actors=2, envs_per_actor=4, unroll_length=5, batch_rollouts=1,
+                            total_env_steps=10**9, checkpoint_interval_s=None)  # fmt: skip
+    runner = rlpar.Runner(Recording(fail_at=3), EnvConfig("rlpar/CartPole-v1"), runtime)
+    with pytest.raises(KeyError, match="learner exploded") as info:
+        runner.run()
+    assert any("learner" in note for note in getattr(info.value, "__notes__", []))
+    assert not [t for t in threading.enumerate() if t.name.startswith("rlpar-")]

@@ -1,9 +1,10 @@
 """The learner thread: a thin shell around ``agent.learn`` (batching, policy lag, publishing),
 and between two steps, the run's hooks (stop rules, target checks, checkpoints).
 
-Outside deterministic mode, with the actors in this process, the batch is taken natively
-(`NativeInbox`: the rollouts popped from the inbox, copied side by side and handed back in
-native code, no Python per rollout); otherwise in Python (`Learner._gather`, `Batch.stack`)."""
+Beside actors whose whole loop is native (threads of this process, outside deterministic mode)
+the batch is taken natively (`NativeInbox`: the rollouts popped from the inbox, copied side by
+side and handed back in native code, no Python per rollout); otherwise in Python
+(`Learner._gather`, `Batch.stack`)."""
 
 from __future__ import annotations
 
