@@ -14,6 +14,13 @@ gymnasium's CartPole, T = 16, at 1 x 16 (a Python env: the actor loop is not nat
 learner's take is). Prints, per case and mode, the medians over the rounds of the env steps/s,
 the GIL shares, the GIL-held time per rollout and per learner step, and the actor ceiling, as
 JSON. CASE: run only the cases whose name ("ENV AxK") contains one of them.
+
+    python experiments/native_actor_loop_ab.py train ROUNDS SEEDS CONFIG ...
+
+trains each ``experiments/CONFIG.toml`` on seeds 0 .. SEEDS - 1 in modes "python" and
+"native", taking turns run by run in this process, and prints per config and mode the runs
+that reached the target, the final evaluation's return and the time to target (medians)
+and the env steps/s, pooled over the rounds.
 """
 
 from __future__ import annotations
@@ -21,8 +28,11 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
+from rlpar.app.cli import main
 from rlpar.bench.runtime import runtime_measure
 from rlpar.runtime.actor import Actor
 from rlpar.runtime.learner import Learner
@@ -76,6 +86,54 @@ def run(rounds: int, seconds: float, only: list[str]) -> dict[str, Any]:
     return out
 
 
+def train(rounds: int, seeds: int, configs: list[str]) -> dict[str, Any]:
+    rows: dict[str, dict[str, list[dict[str, Any]]]] = {
+        c: {"python": [], "native": []} for c in configs
+    }
+    experiments = Path(__file__).resolve().parent
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            for r in range(rounds):
+                for config in configs:
+                    for seed in range(seeds):
+                        for mode in ("python", "native"):
+                            loop, inbox = MODES[mode]
+                            Actor._native_loop = loop  # type: ignore[method-assign]
+                            Learner.attach_inbox = inbox  # type: ignore[method-assign]
+                            out = Path(tmp) / f"{config}-{mode}-{r}-{seed}"
+                            toml = str(experiments / f"{config}.toml")
+                            seed_set = f"runtime.seed={seed}"
+                            main(
+                                ["train", toml, "--quiet", "--run-dir", str(out), "--set", seed_set]
+                            )
+                            rows[config][mode].append(
+                                json.loads((out / "summary.json").read_text())
+                            )
+        finally:
+            Actor._native_loop = NATIVE_LOOP  # type: ignore[method-assign]
+            Learner.attach_inbox = INBOX  # type: ignore[method-assign]
+    result: dict[str, Any] = {}
+    for config, by_mode in rows.items():
+        result[config] = {}
+        for mode, rs in by_mode.items():
+            times = [x["time_to_target_s"] for x in rs if x.get("time_to_target_s") is not None]
+            result[config][mode] = {
+                "runs": len(rs),
+                "reached_target": len(times),
+                "eval_return_median": statistics.median(
+                    x["evaluation"][0]["mean_return"] for x in rs
+                ),
+                "time_to_target_median_s": round(statistics.median(times), 3) if times else None,
+                "env_steps_per_s_median": round(
+                    statistics.median(x["env_steps"] / x["wall_s"] for x in rs)
+                ),
+            }
+    return result
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "train":
+        print(json.dumps(train(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]), indent=1))
+        sys.exit()
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 4.0
     print(json.dumps(run(int(sys.argv[1]), seconds, sys.argv[3:]), indent=1))
