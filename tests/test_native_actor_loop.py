@@ -187,6 +187,8 @@ def test_the_loop_refuses_bad_arguments() -> None:
     bad.stamp = None
     with pytest.raises(TypeError, match=r"buffers\[0\].stamp must be a numpy array, got NoneType"):
         loop([bad])
+    with pytest.raises(ValueError, match=r"out_tickets\[0\]: expected a ticket >= 0, got -3"):
+        loop([good], [-3])
     with pytest.raises(ValueError, match="two lists of the same length >= 1, got 1 and 2"):
         loop([good], [0, 1])
     with pytest.raises(ValueError, match="two lists of the same length >= 1, got 0 and 0"):

@@ -128,6 +128,12 @@ def test_bad_input_is_refused() -> None:
         native.take(dst, versions, 2, 1)
     with pytest.raises(ValueError, match="versions must have shape"):
         native.take(dst, np.empty(0, np.int64), 0, 1)
+    with pytest.raises(ValueError, match="ticket and free_ticket must be >= 0, got -1 and 0"):
+        native.add(-1, layout, actors[0].free.tickets, 0, np.zeros(2, np.int64))
+    with pytest.raises(ValueError, match="ticket and free_ticket must be >= 0, got 7 and -2"):
+        native.add(7, layout, actors[0].free.tickets, -2, np.zeros(2, np.int64))
+    with pytest.raises(ValueError, match="max_lag must be None or >= 0, got -1"):
+        native.take(dst, versions, 0, 1, max_lag=-1)
     q.tickets.put(50)  # names no buffer
     with pytest.raises(ValueError, match="ticket 50, which names no registered buffer"):
         native.take(dst, versions, 0, 1, timeout=0)
@@ -193,3 +199,35 @@ def test_a_learner_error_stops_native_actors_and_is_reraised() -> None:
         runner.run()
     assert any("learner" in note for note in getattr(info.value, "__notes__", []))
     assert not [t for t in threading.enumerate() if t.name.startswith("rlpar-")]
+
+
+def test_one_thread_at_a_time_takes() -> None:
+    """A second thread gets a RuntimeError while one waits inside take (not a data race)."""
+    q, actors, inbox = make()
+    native = inbox._inbox
+    layout = [getattr(actors[0].buffers[0], n) for n in ARRAY_FIELDS]
+    dst = [np.empty_like(a) for a in layout]
+    got: list = []
+
+    def wait() -> None:
+        while True:
+            try:  # refused only if the main thread's probe is inside take at that moment
+                got.append(native.take(dst, np.empty(1, np.int64), 0, 1, timeout=30))
+                return
+            except RuntimeError:
+                continue
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    refused = None
+    for _ in range(10_000):  # until the waiter is inside its take
+        try:
+            native.take([np.empty_like(a) for a in layout], np.empty(1, np.int64), 0, 1, timeout=0)
+        except RuntimeError as e:
+            refused = e
+            break
+        threading.Event().wait(0.001)
+    q.put(actors[0].buffers[0])  # lets the waiter finish
+    waiter.join(timeout=30)
+    assert refused is not None and "another thread is using this inbox" in str(refused)
+    assert got == [(1, 0)]

@@ -310,6 +310,10 @@ class FusedActorLoop {
       }
       b.stamp = output_array<int64_t>(field("stamp"), (at + "stamp").c_str(), {2});
       b.out_ticket = py::cast<int64_t>(out_tickets[i]);
+      if (b.out_ticket < 0) {
+        throw py::value_error("out_tickets[" + std::to_string(i) + "]: expected a ticket >= 0, got " +
+                              std::to_string(b.out_ticket));
+      }
       buffers_.push_back(b);
     }
   }

@@ -12,10 +12,12 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -82,6 +84,24 @@ py::object get(TicketQueue& q, py::handle timeout) {
   return got ? py::object(py::int_(ticket)) : py::object(py::none());
 }
 
+// Marks an object in use by one thread for a scope; a second thread gets a RuntimeError.
+class Busy {
+ public:
+  Busy(std::atomic<bool>& flag, const char* what) : flag_(flag) {
+    bool idle = false;
+    if (!flag_.compare_exchange_strong(idle, true)) {
+      throw std::logic_error(std::string("RolloutInbox.") + what +
+                             ": another thread is using this inbox (one thread at a time)");
+    }
+  }
+  ~Busy() { flag_.store(false); }
+  Busy(const Busy&) = delete;
+  Busy& operator=(const Busy&) = delete;
+
+ private:
+  std::atomic<bool>& flag_;
+};
+
 // rlpar::RolloutInbox over a HandOff's queue: every registered buffer's arrays are checked
 // against the first one's layout and kept alive here; take() waits for tickets without the GIL
 // and copies each rollout with it released or kept (release_gil).
@@ -117,6 +137,11 @@ class PyInbox {
   void add(int64_t ticket, const py::sequence& arrays, std::shared_ptr<TicketQueue> free,
            int64_t free_ticket, py::handle stamp) {
     if (!free) throw py::type_error("RolloutInbox.add: free must be a TicketQueue");
+    if (ticket < 0 || free_ticket < 0) {
+      throw py::value_error("RolloutInbox.add: ticket and free_ticket must be >= 0, got " +
+                            std::to_string(ticket) + " and " + std::to_string(free_ticket));
+    }
+    const Busy busy(busy_, "add");
     if (arrays.size() != shapes_.size()) {
       throw py::value_error("RolloutInbox.add: expected " + std::to_string(shapes_.size()) +
                             " arrays, got " + std::to_string(arrays.size()));
@@ -150,6 +175,10 @@ class PyInbox {
                             std::to_string(start));
     }
     const int64_t lag = max_lag.is_none() ? -1 : max_lag.cast<int64_t>();
+    if (lag < 0 && !max_lag.is_none()) {
+      throw py::value_error("take: max_lag must be None or >= 0, got " + std::to_string(lag));
+    }
+    const Busy busy(busy_, "take");
     const double wait = timeout_arg(timeout);
     const bool release = !release_gil.is_none() && release_gil.cast<bool>();
     using Clock = std::chrono::steady_clock;
@@ -239,6 +268,7 @@ class PyInbox {
   std::unique_ptr<rlpar::RolloutInbox> core_;
   std::vector<std::shared_ptr<TicketQueue>> frees_;
   std::vector<py::object> kept_;
+  std::atomic<bool> busy_{false};  // add and take: one thread at a time
 };
 
 }  // namespace
