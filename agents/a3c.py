@@ -53,3 +53,10 @@ class A3C(ActorCriticAgent):
         metrics["nonfinite_grad_steps"] = state.extra.get("nonfinite_grad_steps", 0)
         metrics["learning_rate"] = state.optimizer.lr
         return metrics
+
+    def native_learn(self, net: rlpar.Net, state: rlpar.LearnerState) -> rlpar.NativeLearn | None:
+        """`learn` as the runtime's native loop may run it (`native_plan`); not for a
+        subclass with its own `learn`."""
+        if type(self).learn is not A3C.learn:
+            return None
+        return self.native_plan(state, 1)

@@ -312,6 +312,21 @@ class ActorCriticAgent(rlpar.Agent):
         rewards = self.config.loss_rewards(batch.rewards)
         return batch if rewards is batch.rewards else replace(batch, rewards=rewards)
 
+    def native_plan(self, state: rlpar.LearnerState, passes: int) -> rlpar.NativeLearn | None:
+        """The `rlpar.NativeLearn` of a `learn` that schedules the rate, then takes ``passes``
+        `rlpar.train_step`s of `step_loss` on the batch: None where those steps are not the
+        native loss's on the batch as it came (rewards clipped or scaled, a subclass's
+        `loss`), or a learning-rate schedule moves the rate from batch to batch."""
+        c = self.config
+        if (
+            type(self).loss is not ActorCriticAgent.loss
+            or c.reward_clip is not None
+            or c.reward_scale != 1.0
+            or c.optim.lr_decay_env_steps is not None
+        ):
+            return None
+        return rlpar.NativeLearn(self.native_loss, passes, c.optim.max_grad_norm)
+
     def step_loss(self, batch: rlpar.Batch) -> tuple[rlpar.Loss, rlpar.Batch]:
         """What `learn` hands `rlpar.train_step`: the agent's `rlpar.NativeLoss` and the
         batch with the loss's rewards (one native call per optimizer step), or, when a

@@ -4,7 +4,9 @@ process, the modes taking turns:
 - ``python``: one fused unroll per Python iteration of the actor, the learner's batch taken in
   Python (`Learner._gather`, `Batch.stack`): what the runtime ran before;
 - ``native_loop``: the actor's whole loop in native calls (`Actor._run_native`);
-- ``native``: that, and the learner's batch taken natively (`NativeInbox`).
+- ``native``: that, and the learner's batch taken natively (`NativeInbox`), its step in Python;
+- ``native_learn``: that, and the learner's whole loop in native calls (`NativeLoop`): take,
+  optimizer steps and publish, many learner steps a call.
 
     python experiments/native_actor_loop_ab.py ROUNDS [SECONDS [CASE ...]]
 
@@ -17,8 +19,8 @@ JSON. CASE: run only the cases whose name ("ENV AxK") contains one of them.
 
     python experiments/native_actor_loop_ab.py train ROUNDS SEEDS CONFIG ...
 
-trains each ``experiments/CONFIG.toml`` on seeds 0 .. SEEDS - 1 in modes "python" and
-"native", taking turns run by run in this process, and prints per config and mode the runs
+trains each ``experiments/CONFIG.toml`` on seeds 0 .. SEEDS - 1 in modes "python", "native"
+and "native_learn", taking turns run by run in this process, and prints per config and mode the runs
 that reached the target, the final evaluation's return and the time to target (medians)
 and the env steps/s, pooled over the rounds.
 """
@@ -35,16 +37,25 @@ from typing import Any
 from rlpar.app.cli import main
 from rlpar.bench.runtime import runtime_measure
 from rlpar.runtime.actor import Actor
-from rlpar.runtime.learner import Learner
+from rlpar.runtime.learner import Learner, NativeLoop
 
 CASES = ((1, 64, "rlpar/CartPole-v1", 20), (2, 64, "rlpar/CartPole-v1", 20),
          (1, 256, "rlpar/CartPole-v1", 20), (1, 16, "CartPole-v1", 16))  # fmt: skip
-NATIVE_LOOP, INBOX = Actor._native_loop, Learner.attach_inbox
-MODES = {  # (the actor's choice of loop, the learner's inbox)
-    "python": (lambda self, q: False, lambda self, q, a: None),
-    "native_loop": (NATIVE_LOOP, lambda self, q, a: None),
-    "native": (NATIVE_LOOP, INBOX),
+NATIVE_LOOP, INBOX, PLAN = Actor._native_loop, Learner.attach_inbox, NativeLoop.plan_for
+MODES = {  # (the actor's choice of loop, the learner's inbox, its loop's plan)
+    "python": (lambda self, q: False, lambda self, q, a: None, PLAN),
+    "native_loop": (NATIVE_LOOP, lambda self, q, a: None, PLAN),
+    "native": (NATIVE_LOOP, INBOX, lambda learner, inbox: None),
+    "native_learn": (NATIVE_LOOP, INBOX, PLAN),
 }
+
+
+def use(mode: str) -> None:
+    """Patch the runtime to run ``mode``'s loops."""
+    loop, inbox, plan = MODES[mode]
+    Actor._native_loop = loop  # type: ignore[method-assign]
+    Learner.attach_inbox = inbox  # type: ignore[method-assign]
+    NativeLoop.plan_for = staticmethod(plan)  # type: ignore[method-assign]
 
 
 def measure(actors: int, envs: int, env: str, unroll: int, seconds: float) -> dict[str, float]:
@@ -65,13 +76,11 @@ def run(rounds: int, seconds: float, only: list[str]) -> dict[str, Any]:
     try:
         for _ in range(rounds):
             for a, k, env, unroll in cases:
-                for mode, (loop, inbox) in MODES.items():
-                    Actor._native_loop = loop  # type: ignore[method-assign]
-                    Learner.attach_inbox = inbox  # type: ignore[method-assign]
+                for mode in MODES:
+                    use(mode)
                     got[f"{env} {a}x{k}"][mode].append(measure(a, k, env, unroll, seconds))
     finally:
-        Actor._native_loop = NATIVE_LOOP  # type: ignore[method-assign]
-        Learner.attach_inbox = INBOX  # type: ignore[method-assign]
+        use("native_learn")
     keys = ("rate", "actor_held", "actor_wait", "actor_native", "actor_held_us_per_rollout",
             "learner_held", "learner_held_us_per_step", "ceiling")  # fmt: skip
     out: dict[str, Any] = {}
@@ -80,15 +89,19 @@ def run(rounds: int, seconds: float, only: list[str]) -> dict[str, Any]:
             mode: {key: round(statistics.median(r[key] for r in rs), 4) for key in keys}
             for mode, rs in by_mode.items()
         }
-        out[case]["rate_ratio_native_vs_python"] = round(
-            out[case]["native"]["rate"] / out[case]["python"]["rate"], 3
-        )
+        for mode in ("native", "native_learn"):
+            out[case][f"rate_ratio_{mode}_vs_python"] = round(
+                out[case][mode]["rate"] / out[case]["python"]["rate"], 3
+            )
     return out
+
+
+TRAIN_MODES = ("python", "native", "native_learn")
 
 
 def train(rounds: int, seeds: int, configs: list[str]) -> dict[str, Any]:
     rows: dict[str, dict[str, list[dict[str, Any]]]] = {
-        c: {"python": [], "native": []} for c in configs
+        c: {mode: [] for mode in TRAIN_MODES} for c in configs
     }
     experiments = Path(__file__).resolve().parent
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,10 +109,8 @@ def train(rounds: int, seeds: int, configs: list[str]) -> dict[str, Any]:
             for r in range(rounds):
                 for config in configs:
                     for seed in range(seeds):
-                        for mode in ("python", "native"):
-                            loop, inbox = MODES[mode]
-                            Actor._native_loop = loop  # type: ignore[method-assign]
-                            Learner.attach_inbox = inbox  # type: ignore[method-assign]
+                        for mode in TRAIN_MODES:
+                            use(mode)
                             out = Path(tmp) / f"{config}-{mode}-{r}-{seed}"
                             toml = str(experiments / f"{config}.toml")
                             seed_set = f"runtime.seed={seed}"
@@ -110,8 +121,7 @@ def train(rounds: int, seeds: int, configs: list[str]) -> dict[str, Any]:
                                 json.loads((out / "summary.json").read_text())
                             )
         finally:
-            Actor._native_loop = NATIVE_LOOP  # type: ignore[method-assign]
-            Learner.attach_inbox = INBOX  # type: ignore[method-assign]
+            use("native_learn")
     result: dict[str, Any] = {}
     for config, by_mode in rows.items():
         result[config] = {}

@@ -12,8 +12,9 @@ Public API (everything a user or a plug-in agent needs is importable from here):
 - the learner step: `loss_gradient` (forward -> an agent's `Loss` -> backward, over the
   learner's threads) and `learner_split` (how it shares them), `train_step` (gradient, clip,
   optimizer: one native call for a `NativeLoss`) and `train_steps` (several in a row, one
-  call), `minibatches` and `minibatch_columns` (epochs x minibatches of whole unrolls), the
-  native losses `actor_critic_loss` (its `LossOptions`) and `ppo_loss` (its `PpoOptions`),
+  call), `NativeLearn` (a built-in agent's step, for the runtime's native learner loop),
+  `minibatches` and `minibatch_columns` (epochs x minibatches of whole unrolls), the native
+  losses `actor_critic_loss` (its `LossOptions`) and `ppo_loss` (its `PpoOptions`),
   `NativeLoss` (either as a `Loss`), `bound_penalty`, `ShardPool` (the threads of a learner
   step: batch rows inside the net's calls, or column shards) and `ThreadPool` (native
   intra-op threads for `Net` calls);
@@ -42,6 +43,7 @@ from rlpar.config import ConfigError, EnvConfig, EvalConfig, RuntimeConfig, chec
 from rlpar.data import Batch, Rollout
 from rlpar.learner_step import (
     Loss,
+    NativeLearn,
     learner_split,
     loss_gradient,
     minibatch_columns,
@@ -113,6 +115,7 @@ __all__ = [
     "Linear",
     "Loss",
     "LossOptions",
+    "NativeLearn",
     "NativeLoss",
     "Net",
     "NetSpec",

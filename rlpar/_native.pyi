@@ -8,7 +8,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CategoricalSampler', 'FusedActorLoop', 'HeadSpec', 'LayerSpec', 'Net', 'NetSpec', 'RolloutInbox', 'Snapshot', 'SnapshotStore', 'StepLoop', 'Tape', 'TicketQueue', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_calibration', 'gil_meter', 'gil_release_threshold', 'global_norm', 'native_env_names', 'ppo_loss', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
+__all__: list[str] = ['CategoricalSampler', 'FusedActorLoop', 'HeadSpec', 'LayerSpec', 'Net', 'NetSpec', 'RolloutInbox', 'Snapshot', 'SnapshotStore', 'StepLoop', 'Tape', 'TicketQueue', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_calibration', 'gil_meter', 'gil_release_threshold', 'global_norm', 'learn_loop', 'native_env_names', 'ppo_loss', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
 def amx_available() -> bool:
     """
     True when this CPU and OS run Intel AMX-BF16 tiles, which LSTM(matmul='bf16x3') needs.
@@ -450,6 +450,10 @@ def gil_release_threshold() -> float:
     ...
 def global_norm(grad: typing.Any) -> float:
     ...
+def learn_loop(inbox: typing.Any, names: collections.abc.Sequence, dst: collections.abc.Sequence, versions: typing.Any, start: typing.SupportsInt | typing.SupportsIndex, learner_version: typing.SupportsInt | typing.SupportsIndex, max_lag: typing.Any, net: Net, params: typing.Any, grad: typing.Any, loss: TrainLoss, *, passes: typing.SupportsInt | typing.SupportsIndex, max_grad_norm: typing.SupportsFloat | typing.SupportsIndex, optimizer: tuple, store: SnapshotStore, pool: typing.Any, budget_s: typing.SupportsFloat | typing.SupportsIndex, done: typing.Any) -> dict:
+    """
+    The learner's loop for an actor-critic loss as one call without the GIL, for up to budget_s seconds: take a batch of versions.shape[0] rollouts from inbox into dst (named by names, from column block start), passes optimizer steps on it, publish the parameters to store as learner_version + 1, and again. Returns a dict: batches, filled (columns of a batch left part-taken), dropped, applied (optimizer steps), skipped_publishes, the last batch's lag_mean and lag_max, metrics and passes ((grad_norm, applied) each), take_s, learn_s, publish_s. done (int64 [2]): batches and optimizer steps finished, also when a step raises.
+    """
 def native_env_names() -> list[str]:
     """
     Names of the games VecEnv can run.

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -66,6 +66,9 @@ from rlpar.data import Batch
 from rlpar.nn import Net, NetSpec
 from rlpar.optim import Optimizer
 from rlpar.parallel import ShardPool
+
+if TYPE_CHECKING:
+    from rlpar.learner_step import NativeLearn
 
 __all__ = ["Agent", "LearnerState"]
 
@@ -140,6 +143,18 @@ class Agent(abc.ABC):
         came) if the agent cannot learn from the batches this runtime makes, e.g. minibatches
         that do not divide its ``runtime.batch_columns`` columns. Called once, before any env
         is built; the default accepts every runtime."""
+
+    def native_learn(self, net: Net, state: LearnerState) -> NativeLearn | None:
+        """Optional: a promise that `learn` is exactly the `rlpar.NativeLearn` returned (its
+        passes of an actor-critic `rlpar.NativeLoss` on each whole batch, at the optimizer's
+        learning rate as it stands), so that the runtime may run the learner's whole loop
+        natively: where every actor's loop is native too (rlpar's native envs, outside
+        deterministic mode) it takes each batch, steps and publishes without the GIL, many
+        learner steps a call, and `learn` is not called. Return None whenever `learn` would do
+        anything else on the next batches (a learning-rate schedule, rewards changed before the
+        loss, a Python loss, a subclass's own `learn`). Called once, on the learner thread
+        before its first step, after `init_state`; the default returns None."""
+        return None
 
     def greedy(self, net: Net, out: np.ndarray) -> np.ndarray:
         """The policy's most likely actions for outputs ``out`` float32 [K, output_size], in

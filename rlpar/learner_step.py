@@ -42,6 +42,7 @@ so the learner takes nothing from the actors' Python between its pieces::
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -49,7 +50,7 @@ import numpy as np
 from rlpar import _native
 from rlpar.config import ConfigError
 from rlpar.data import Batch
-from rlpar.losses import NativeLoss
+from rlpar.losses import NativeLoss, PpoOptions
 from rlpar.nn import Conv2d, Net, Tape
 from rlpar.optim import clip_grad_norm, skip_nonfinite_step
 from rlpar.parallel import ShardPool, ThreadPool
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Loss",
+    "NativeLearn",
     "learner_split",
     "loss_gradient",
     "minibatch_columns",
@@ -72,6 +74,35 @@ __all__ = [
 #: (float32, the same T+1 x N x output_size values; the step may scale it in place); the loss
 #: is a mean over the valid steps (``batch.mask``); ``metrics`` are scalars.
 Loss = Callable[[Net, np.ndarray, Batch], tuple[np.ndarray, dict[str, float]]]
+
+
+@dataclass(frozen=True)
+class NativeLearn:
+    """What a built-in agent's `rlpar.Agent.learn` does on each batch, said so that the runtime
+    may run it in its own native loop (`rlpar.Agent.native_learn`): ``passes`` optimizer steps
+    of ``loss`` (an actor-critic `NativeLoss`) on the whole batch as it came, each
+    `train_step` with ``max_grad_norm`` and the learner state's optimizer at its current
+    learning rate. The runtime's loop then takes each batch, steps and publishes with the GIL
+    released, many learner steps a call; its metrics are the last step's: ``loss``'s,
+    ``grad_norm``, ``learning_rate`` and ``nonfinite_grad_steps``, as the built-in agents'
+    `learn` reports them."""
+
+    loss: NativeLoss
+    passes: int = 1
+    max_grad_norm: float = 40.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.loss, NativeLoss) or isinstance(self.loss.options, PpoOptions):
+            raise TypeError(
+                "NativeLearn.loss: expected an actor-critic rlpar.NativeLoss (IMPALA's, A3C's), "
+                f"got {self.loss!r}"
+            )
+        if isinstance(self.passes, bool) or not isinstance(self.passes, int) or self.passes < 1:
+            raise ValueError(f"NativeLearn.passes: expected an integer >= 1, got {self.passes!r}")
+        if not self.max_grad_norm > 0:
+            raise ValueError(
+                f"NativeLearn.max_grad_norm: expected a number > 0, got {self.max_grad_norm!r}"
+            )
 
 
 def loss_gradient(

@@ -25,6 +25,7 @@
 #include "bindings.h"
 #include "convert.h"
 #include "gil.h"
+#include "inbox_py.h"
 #include "rlpar/inbox.h"
 #include "rlpar/ticket_queue.h"
 
@@ -220,6 +221,25 @@ class PyInbox {
     return py::make_tuple(filled, dropped);
   }
 
+  // learn_loop's access (inbox_py.h): the batch arrays checked as take() checks them, and the
+  // inbox held for this thread for as long as the access lives.
+  InboxAccess access(const py::sequence& dst, py::handle versions) {
+    InboxAccess a;
+    a.count = versions_count(versions);
+    a.versions = output_array<int64_t>(versions, "versions", {a.count});
+    if (dst.size() != shapes_.size()) {
+      throw py::value_error("dst: expected " + std::to_string(shapes_.size()) +
+                            " batch arrays, got " + std::to_string(dst.size()));
+    }
+    for (size_t f = 0; f < shapes_.size(); ++f) {
+      a.dst.push_back(const_cast<void*>(checked(dst[f], f, "dst", a.count, true)));
+    }
+    auto busy = std::make_shared<Busy>(busy_, "learn_loop");
+    a.hold = busy;
+    a.core = core_.get();
+    return a;
+  }
+
  private:
   static int64_t versions_count(py::handle versions) {
     if (!py::isinstance<py::array>(versions)) {
@@ -272,6 +292,13 @@ class PyInbox {
 };
 
 }  // namespace
+
+InboxAccess inbox_access(py::handle inbox, const py::sequence& dst, py::handle versions) {
+  if (!py::isinstance<PyInbox>(inbox)) {
+    throw py::type_error("inbox must be an rlpar._native.RolloutInbox, got " + type_name(inbox));
+  }
+  return inbox.cast<PyInbox&>().access(dst, versions);
+}
 
 void bind_ticket_queue(py::module_& m) {
   py::class_<TicketQueue, std::shared_ptr<TicketQueue>>(

@@ -5,6 +5,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,7 +14,10 @@
 #include "bindings.h"
 #include "convert.h"
 #include "gil.h"
+#include "inbox_py.h"
 #include "loss_py.h"
+#include "snapshot_py.h"
+#include "rlpar/learn_loop.h"
 #include "rlpar/net.h"
 #include "rlpar/thread_pool.h"
 #include "rlpar/train_step.h"
@@ -312,6 +317,148 @@ py::list train_steps(const std::shared_ptr<rlpar::Net>& net, py::handle params, 
   return out;
 }
 
+// The learner's whole loop for a built-in actor-critic loss, as one call without the GIL: take
+// a batch from the inbox (rlpar/inbox.h; waiting, copying, handing buffers back), `passes`
+// optimizer steps on it (train_step.h), publish the parameters as the next version, and again,
+// until `budget_s` has passed. What a learner thread in Python does between those pieces (its
+// stats, its hooks, the stop flag) then runs once a call instead of once a step.
+//
+// The batch arrays `dst` (named by `names`, rlpar.data.ARRAY_FIELDS) are the take's and the
+// step's at once: a call that ends part-way through a batch leaves it in them, and the next
+// call goes on from `start` = the columns already filled. A step whose gradient is not finite
+// is not applied (the batch's other passes are, as train_steps would), and the call ends after
+// that batch's publish so the caller can count it. `done` (int64 [2]): batches finished and
+// optimizer steps applied so far, also when a step raises.
+py::dict learn_loop(py::handle inbox, const py::sequence& names, const py::sequence& dst,
+                     py::handle versions, int64_t start, int64_t learner_version,
+                     py::object max_lag, const std::shared_ptr<rlpar::Net>& net,
+                     py::handle params, py::handle grad, const TrainLoss& loss, int64_t passes,
+                     double max_grad_norm, const py::tuple& optimizer, const PyStore& store,
+                     py::handle pool_obj, double budget_s, py::handle done) {
+  int64_t* finished = output_array<int64_t>(done, "done", {2});
+  finished[0] = finished[1] = 0;
+  if (passes < 1) {
+    throw py::value_error("passes: expected an integer >= 1, got " + std::to_string(passes));
+  }
+  if (!(budget_s >= 0) || std::isinf(budget_s)) {
+    throw py::value_error("budget_s: expected a finite number of seconds >= 0, got " +
+                          std::to_string(budget_s));
+  }
+  if (!(max_grad_norm > 0)) {
+    throw py::value_error("max_grad_norm: expected a number > 0, got " +
+                          std::to_string(max_grad_norm));
+  }
+  const int64_t lag = max_lag.is_none() ? -1 : max_lag.cast<int64_t>();
+  if (lag < 0 && !max_lag.is_none()) {
+    throw py::value_error("max_lag: expected None or an integer >= 0, got " + std::to_string(lag));
+  }
+  if (loss.spec.kind != LossKind::ActorCritic) {
+    throw py::value_error("loss: learn_loop runs the actor-critic losses (IMPALA's, A3C's); got "
+                          "a PPO loss (its minibatches and value statistics stay in Python)");
+  }
+  if (names.size() != dst.size()) {
+    throw py::value_error("names: expected one name per batch array (" +
+                          std::to_string(dst.size()) + "), got " + std::to_string(names.size()));
+  }
+  const char* fields[8] = {"obs",       "behaviour", "actions", "rewards",
+                           "terminated", "truncated", "mask",    "core_state"};
+  py::object arrays[8];
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto name = names[i].cast<std::string>();
+    size_t f = 0;
+    while (f < 8 && name != fields[f]) ++f;
+    if (f == 8 || arrays[f]) {
+      throw py::value_error("names: expected each of obs, behaviour, actions, rewards, "
+                            "terminated, truncated, mask, core_state once, got '" + name + "'");
+    }
+    arrays[f] = dst[i];
+  }
+  for (size_t f = 0; f < 8; ++f) {
+    if (!arrays[f]) throw py::value_error(std::string("names: '") + fields[f] + "' is missing");
+  }
+  StepArgs a;
+  parse_step_args(a, *net, params, grad, loss, arrays[0], arrays[1], arrays[2], arrays[3],
+                  arrays[4], arrays[5], arrays[6], net->recurrent() ? arrays[7] : py::none(),
+                  0.0, 1.0, optimizer, pool_obj);
+  const InboxAccess in = inbox_access(inbox, dst, versions);
+  // The step must read the very arrays the take fills (not a converted copy of one of them).
+  const void* step_reads[8] = {a.batch.obs,        a.batch.behaviour, a.batch.actions,
+                               a.batch.rewards,    a.batch.terminated, a.batch.truncated,
+                               a.batch.mask,       a.batch.core_state};
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto name = names[i].cast<std::string>();
+    for (size_t f = 0; f < 8; ++f) {
+      if (name == fields[f] && step_reads[f] != nullptr && step_reads[f] != in.dst[i]) {
+        throw py::type_error("dst: the batch array '" + name + "' has another dtype or layout "
+                             "than the net's step reads (a copy would be trained on)");
+      }
+    }
+  }
+  if (start < 0 || start > in.count) {
+    throw py::value_error("start: expected an integer in [0, " + std::to_string(in.count) +
+                          "], got " + std::to_string(start));
+  }
+  const py::ssize_t P = net->num_params();
+  if (store.store->size() != static_cast<size_t>(P)) {
+    throw py::value_error("store: expected a SnapshotStore of the net's " + std::to_string(P) +
+                          " parameters, got one of " + std::to_string(store.store->size()));
+  }
+  if (learner_version < 0 ||
+      static_cast<uint64_t>(learner_version) + 1 <= store.store->latest_version()) {
+    throw py::value_error("learner_version: the next publish (learner_version + 1) must be > "
+                          "the store's latest_version (" +
+                          std::to_string(store.store->latest_version()) + "), got " +
+                          std::to_string(learner_version));
+  }
+
+  rlpar::train::LearnLoop loop;
+  loop.inbox = in.core;
+  loop.dst = in.dst;
+  loop.versions = in.versions;
+  loop.count = in.count;
+  loop.max_lag = lag;
+  loop.net = net.get();
+  loop.params = a.params;
+  loop.grad = a.grad;
+  loop.batch = a.batch;
+  loop.loss = a.spec;
+  loop.passes = passes;
+  loop.max_grad_norm = max_grad_norm;
+  loop.optim = a.opt;
+  loop.pool = a.pool;
+  loop.store = store.store.get();
+  rlpar::train::LearnLoopResult r;
+  r.filled = start;
+  {
+    CallScope scope(true, net->has_external());
+    if (scope.released()) {  // else the interpreter is exiting: nothing is taken
+      r = rlpar::train::learn_loop(loop, start, learner_version, budget_s, finished);
+    }
+  }
+  const double waited = r.take_s;
+  // The take's time went mostly to waiting for rollouts: not native work (gil.h's meter)
+  GilMeter& meter = thread_gil_meter();
+  meter.released_ns -= std::min<int64_t>(meter.released_ns, static_cast<int64_t>(waited * 1e9));
+  py::list passes_out;
+  for (const auto& step : r.last) passes_out.append(py::make_tuple(step.grad_norm, step.applied));
+  py::object metrics = py::none();
+  if (!r.last.empty()) metrics = step_result(a.spec, r.last.back())[0];
+  py::dict out;
+  out["batches"] = r.batches;
+  out["filled"] = r.filled;
+  out["dropped"] = r.dropped;
+  out["applied"] = r.applied;
+  out["skipped_publishes"] = r.skipped_publishes;
+  out["lag_mean"] = r.lag_mean;
+  out["lag_max"] = r.lag_max;
+  out["metrics"] = metrics;
+  out["passes"] = passes_out;
+  out["take_s"] = r.take_s;
+  out["learn_s"] = r.learn_s;
+  out["publish_s"] = r.publish_s;
+  return out;
+}
+
 }  // namespace
 
 void bind_train_step(py::module_& m) {
@@ -340,6 +487,19 @@ void bind_train_step(py::module_& m) {
         "taken; stops after a step whose gradient was not finite. done (int64 [1]) counts the "
         "steps finished, also when one raises. Returns a list of (metrics, grad_norm, "
         "applied), one per step run.");
+  m.def("learn_loop", &learn_loop, py::arg("inbox"), py::arg("names"), py::arg("dst"),
+        py::arg("versions"), py::arg("start"), py::arg("learner_version"), py::arg("max_lag"),
+        py::arg("net"), py::arg("params"), py::arg("grad"), py::arg("loss"), py::kw_only(),
+        py::arg("passes"), py::arg("max_grad_norm"), py::arg("optimizer"), py::arg("store"),
+        py::arg("pool"), py::arg("budget_s"), py::arg("done"),
+        "The learner's loop for an actor-critic loss as one call without the GIL, for up to "
+        "budget_s seconds: take a batch of versions.shape[0] rollouts from inbox into dst "
+        "(named by names, from column block start), passes optimizer steps on it, publish the "
+        "parameters to store as learner_version + 1, and again. Returns a dict: batches, "
+        "filled (columns of a batch left part-taken), dropped, applied (optimizer steps), "
+        "skipped_publishes, the last batch's lag_mean and lag_max, metrics and passes "
+        "((grad_norm, applied) each), take_s, learn_s, publish_s. done (int64 [2]): batches "
+        "and optimizer steps finished, also when a step raises.");
 }
 
 }  // namespace rlpar_py

@@ -4,18 +4,25 @@
 // three optimizers; its refusals (nothing written to params then); and several threads stepping
 // their own params on one shared net at once, each equal to its single-threaded twin (under
 // ThreadSanitizer: no shared mutable state beyond the net's workspace pool).
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "check.h"
+#include "rlpar/inbox.h"
+#include "rlpar/learn_loop.h"
 #include "rlpar/losses.h"
 #include "rlpar/net.h"
 #include "rlpar/optim.h"
+#include "rlpar/snapshot.h"
+#include "rlpar/ticket_queue.h"
 #include "rlpar/train_step.h"
 
 using rlpar::HeadKind;
@@ -312,6 +319,146 @@ void check_threads() {
   for (int i = 0; i < kThreads; ++i) CHECK(got[i] == want[i]);
 }
 
+// learn_loop (learn_loop.h) fed by two actor threads that write their rollout buffers and queue
+// them, with a reader pinning the published snapshots meanwhile: every buffer holds the same
+// rollout, so the loop's parameters must equal that many train_steps on it in one thread, and
+// every version must be published in order (under ThreadSanitizer: the buffers' writes ordered
+// before the learner's reads by the queues, the store's one writer against its readers).
+void check_learn_loop_under_threads() {
+  rlpar::Net net(spec(false, false));
+  constexpr int64_t T = 6, K = 4, kCount = 2, kActors = 2, kBuffers = 2, kSteps = 200;
+  const Data d(net, T, K, false, 11);
+  const int64_t D = net.input_size(), O = net.output_size();
+  // The inbox's fields, time-major: rows and bytes a row of one buffer.
+  const std::vector<int64_t> rows = {T + 1, T, T, T, T, T, T};
+  const std::vector<int64_t> row_bytes = {K * D * 4, K * O * 4, K * 8, K * 4, K, K, K};
+  const std::vector<const void*> src = {d.obs.data(), d.behaviour.data(), d.actions_i.data(),
+                                        d.rewards.data(), d.terminated.data(),
+                                        d.truncated.data(), d.mask.data()};
+  struct Buffer {
+    std::vector<std::vector<char>> fields;
+    std::array<int64_t, 2> stamp{};
+  };
+  std::vector<Buffer> buffers(kActors * kBuffers);
+  rlpar::TicketQueue inbox(0);
+  rlpar::RolloutInbox take_from(inbox, rows, row_bytes);
+  std::vector<std::unique_ptr<rlpar::TicketQueue>> frees;
+  for (int64_t a = 0; a < kActors; ++a) {
+    frees.push_back(std::make_unique<rlpar::TicketQueue>(0));
+    for (int64_t i = 0; i < kBuffers; ++i) {
+      Buffer& b = buffers[a * kBuffers + i];
+      std::vector<const void*> fields;
+      for (size_t f = 0; f < rows.size(); ++f) {
+        b.fields.emplace_back(rows[f] * row_bytes[f]);
+        fields.push_back(b.fields.back().data());
+      }
+      take_from.add(a * kBuffers + i, {fields, frees[a].get(), i, b.stamp.data()});
+      bool wake = false;
+      CHECK(frees[a]->try_push(i, wake));
+    }
+  }
+  // The batch: count buffers side by side along K.
+  std::vector<std::vector<char>> dst_fields;
+  std::vector<void*> dst;
+  for (size_t f = 0; f < rows.size(); ++f) {
+    dst_fields.emplace_back(rows[f] * row_bytes[f] * kCount);
+    dst.push_back(dst_fields.back().data());
+  }
+  std::vector<int64_t> versions(kCount);
+  rlpar::train::BatchView batch;
+  batch.T = T;
+  batch.N = kCount * K;
+  batch.obs = dst[0];
+  batch.behaviour = static_cast<const float*>(dst[1]);
+  batch.actions = dst[2];
+  batch.rewards = static_cast<const float*>(dst[3]);
+  batch.terminated = static_cast<const uint8_t*>(dst[4]);
+  batch.truncated = static_cast<const uint8_t*>(dst[5]);
+  batch.mask = static_cast<const uint8_t*>(dst[6]);
+
+  rlpar::SnapshotStore store(net.num_params(), 4);
+  std::vector<float> params = init_params(net, 5), grad(net.num_params());
+  const std::vector<float> start_params = params;
+  CHECK(store.publish(params.data(), params.size(), 1));
+  OptimState o(OptimKind::Adam, net.num_params());
+  rlpar::train::LearnLoop loop;
+  loop.inbox = &take_from;
+  loop.dst = dst;
+  loop.versions = versions.data();
+  loop.count = kCount;
+  loop.net = &net;
+  loop.params = params.data();
+  loop.grad = grad.data();
+  loop.batch = batch;
+  loop.loss = loss_spec(net, LossKind::ActorCritic, false);
+  loop.passes = 2;
+  loop.optim = o.step;
+  loop.store = &store;
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};  // CHECK is for the main thread only
+  std::vector<std::thread> threads;
+  for (int64_t a = 0; a < kActors; ++a) {
+    threads.emplace_back([&, a] {
+      while (!stop.load()) {
+        int64_t i = 0;
+        if (!frees[a]->pop(i, 0.01)) continue;
+        Buffer& b = buffers[a * kBuffers + i];
+        for (size_t f = 0; f < rows.size(); ++f) {
+          std::memcpy(b.fields[f].data(), src[f], b.fields[f].size());
+        }
+        b.stamp[0] = static_cast<int64_t>(store.latest_version());
+        if (!inbox.push(a * kBuffers + i, 1.0)) ++failures;
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    uint64_t last = 0;
+    while (!stop.load()) {
+      rlpar::Pin pin = store.pin();
+      if (pin.version() < last || pin.data()[0] != pin.data()[0]) ++failures;
+      last = pin.version();
+    }
+  });
+  int64_t steps = 0, filled = 0, version = 1, applied = 0;
+  for (int call = 0; call < 10000 && steps < kSteps; ++call) {
+    int64_t done[2] = {0, 0};
+    const auto r = rlpar::train::learn_loop(loop, filled, version, 0.002, done);
+    CHECK(done[0] == r.batches && done[1] == r.applied);
+    CHECK(r.dropped == 0 && r.skipped_publishes == 0);
+    steps += r.batches;
+    applied += r.applied;
+    version += r.batches;
+    filled = r.filled;
+    loop.optim.step += r.applied;
+  }
+  stop.store(true);
+  for (auto& t : threads) t.join();
+  CHECK(failures.load() == 0);
+  CHECK(steps >= kSteps && applied == 2 * steps);
+  CHECK(store.latest_version() == static_cast<uint64_t>(1 + steps));
+  // The same steps in one thread on the batch every buffer held.
+  std::vector<std::vector<char>> copy = dst_fields;
+  rlpar::train::BatchView same = batch;
+  same.obs = copy[0].data();
+  same.behaviour = reinterpret_cast<const float*>(copy[1].data());
+  same.actions = copy[2].data();
+  same.rewards = reinterpret_cast<const float*>(copy[3].data());
+  same.terminated = reinterpret_cast<const uint8_t*>(copy[4].data());
+  same.truncated = reinterpret_cast<const uint8_t*>(copy[5].data());
+  same.mask = reinterpret_cast<const uint8_t*>(copy[6].data());
+  std::vector<float> want = start_params;
+  OptimState w(OptimKind::Adam, net.num_params());
+  for (int64_t s = 0; s < 2 * steps; ++s) {
+    w.step.step = s + 1;
+    rlpar::train::train_step(net, want.data(), grad.data(), same, nullptr, same.N, loop.loss,
+                             loop.max_grad_norm, w.step);
+  }
+  CHECK(params == want);
+  rlpar::Pin pin = store.pin();
+  CHECK(std::memcmp(pin.data(), params.data(), params.size() * sizeof(float)) == 0);
+}
+
 }  // namespace
 
 int main() {
@@ -324,5 +471,6 @@ int main() {
   check_equals_by_hand(false, true, LossKind::Ppo, OptimKind::Sgd);
   check_refusals();
   check_threads();
+  check_learn_loop_under_threads();
   return rlpar_test::finish("test_train_step");
 }

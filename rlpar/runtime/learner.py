@@ -20,13 +20,23 @@ import numpy as np
 from rlpar import _native
 from rlpar.agent import Agent, LearnerState
 from rlpar.data import ARRAY_FIELDS, ENV_AXIS, Batch, Rollout
+from rlpar.learner_step import NativeLearn, learner_split
 from rlpar.nn import Net
+from rlpar.optim import skip_nonfinite_step
 from rlpar.runtime.common import POLL_S, ActorHandle, EpisodeLog, ItemQueue
 from rlpar.runtime.gil_meter import GilTimes, ThreadMeter
 from rlpar.runtime.handoff import HandOff
 from rlpar.snapshot import SnapshotStore
 
-__all__ = ["Learner", "LearnerHook", "LearnerStats", "NativeInbox", "VersionClock"]
+__all__ = [
+    "LEARN_LOOP_S",
+    "Learner",
+    "LearnerHook",
+    "LearnerStats",
+    "NativeInbox",
+    "NativeLoop",
+    "VersionClock",
+]
 
 #: Called on the learner thread after each step, with nothing: a hook is built with what it
 #: reads (the learner's state, quiet until the next step) and what it may do (decide the run's
@@ -119,6 +129,15 @@ class NativeInbox:
             (n, getattr(first, n).dtype, getattr(first, n).shape, ENV_AXIS[n]) for n in ARRAY_FIELDS
         ]
 
+    def batch_arrays(self, count: int) -> dict[str, np.ndarray]:
+        """Empty arrays for a batch of ``count`` rollouts, by field (`rlpar.data.ARRAY_FIELDS`)."""
+        arrays: dict[str, np.ndarray] = {}
+        for name, dtype, shape, axis in self._fields:
+            batch_shape = list(shape)
+            batch_shape[axis] *= count
+            arrays[name] = np.empty(batch_shape, dtype)
+        return arrays
+
     def take(
         self,
         stop: threading.Event,
@@ -129,11 +148,7 @@ class NativeInbox:
     ) -> Batch | None:
         """The next ``count`` rollouts as a batch for learner ``version`` (None once ``stop``
         is set); rollouts more than ``max_lag`` versions old are handed back and counted."""
-        arrays: dict[str, np.ndarray] = {}
-        for name, dtype, shape, axis in self._fields:
-            batch_shape = list(shape)
-            batch_shape[axis] *= count
-            arrays[name] = np.empty(batch_shape, dtype)
+        arrays = self.batch_arrays(count)
         dst = list(arrays.values())
         versions = np.empty(count, np.int64)
         filled = 0
@@ -149,6 +164,116 @@ class NativeInbox:
         return Batch(
             **arrays, versions=versions, policy_lag=version - versions, learner_version=version
         )
+
+
+#: Seconds a call of the learner's native loop runs before its thread returns to Python for its
+#: stats, hooks and the stop flag (`NativeLoop`): the stop rules and checkpoints are looked at
+#: every 10 ms instead of after every step, and a stopping run waits at most this long.
+LEARN_LOOP_S = 0.01
+
+
+class NativeLoop:
+    """The learner's whole loop in native calls (`rlpar._native.learn_loop`), for an agent whose
+    `rlpar.Agent.native_learn` says what its `learn` does, beside actors whose loops are native
+    (`NativeInbox`): each call takes batches, runs the agent's optimizer steps on them and
+    publishes each as the next version without the GIL, for up to `LEARN_LOOP_S`; the learner
+    thread takes the GIL back only to count the steps, update its stats and run its hooks. The
+    batch arrays are this loop's own and reused; a batch that a call leaves part-taken stays in
+    them for the next."""
+
+    def __init__(self, inbox: NativeInbox, plan: NativeLearn, learner: Learner) -> None:
+        self.inbox, self.plan, self.learner = inbox, plan, learner
+        count = learner.batch_rollouts
+        self.arrays = inbox.batch_arrays(count)
+        self.dst = list(self.arrays.values())
+        self.names = list(self.arrays)
+        self.versions = np.zeros(count, np.int64)
+        self.filled = 0
+        self.done = np.zeros(2, np.int64)
+        self.samples = int(self.arrays["rewards"].size)
+        batch = Batch(**self.arrays, versions=self.versions, policy_lag=self.versions,
+                      learner_version=1)  # fmt: skip
+        pool = learner.state.pool
+        #: how the step uses the learner's threads (`rlpar.learner_split`); "shards" has no loop
+        self.split = learner_split(learner.net, pool, batch)
+        self.pool = pool.native if pool is not None and self.split == "rows" else None
+        state, net = learner.state, learner.net
+        if state.grad is None or state.grad.shape != (net.num_params,):
+            state.grad = np.empty(net.num_params, np.float32)
+        self.grad = state.grad
+
+    @staticmethod
+    def plan_for(learner: Learner, inbox: NativeInbox | None) -> NativeLearn | None:
+        """The agent's `rlpar.Agent.native_learn` where the loop can run it: batches taken
+        natively and one of rlpar's optimizers."""
+        if inbox is None:
+            return None
+        plan = learner.agent.native_learn(learner.net, learner.state)
+        if plan is None or learner.state.optimizer._native_step() is None:
+            return None
+        return plan
+
+    @classmethod
+    def make(cls, learner: Learner, inbox: NativeInbox | None) -> NativeLoop | None:
+        """The loop for ``learner`` where `plan_for` gives a plan and the step is not split
+        into column shards; else None (the learner calls ``agent.learn``)."""
+        plan = cls.plan_for(learner, inbox)
+        if inbox is None or plan is None:
+            return None
+        loop = cls(inbox, plan, learner)
+        return None if loop.split == "shards" else loop
+
+    def run(self) -> int:
+        """One call: the learner steps it took (0 when no whole batch came within the budget)."""
+        ln, plan = self.learner, self.plan
+        state, s = ln.state, ln.stats
+        optim = state.optimizer._native_step()  # this step's count and learning rate
+        if optim is None:
+            raise RuntimeError("the learner's optimizer no longer has a native step")
+        try:
+            r = _native.learn_loop(
+                self.inbox._inbox, self.names, self.dst, self.versions, self.filled, ln.version,
+                ln.max_policy_lag, ln.net, state.params, self.grad,
+                plan.loss.native, passes=plan.passes, max_grad_norm=float(plan.max_grad_norm),
+                optimizer=optim, store=ln.store, pool=self.pool,
+                budget_s=LEARN_LOOP_S, done=self.done,
+            )  # fmt: skip
+        except BaseException:
+            # A step raised (a Python layer's error): what finished before it is applied and
+            # published; count it, so that the state and the optimizer agree with the store.
+            state.steps += int(self.done[0])
+            state.optimizer.steps += int(self.done[1])
+            raise
+        self.filled = r["filled"]
+        s.dropped_rollouts += r["dropped"]
+        s.queue_wait_s += r["take_s"]
+        n = r["batches"]
+        if n == 0:
+            return 0
+        state.optimizer.steps += r["applied"]
+        # Only the last batch can hold a step that was not finite (the call ends after it):
+        # count its passes as `train_step` would, after the finite steps before them.
+        state.steps += n - 1
+        if n > 1:
+            skip_nonfinite_step(state, 0.0)
+        passes = r["passes"]
+        for norm, _applied in passes:
+            skip_nonfinite_step(state, norm)
+        state.steps += 1
+        metrics = r["metrics"]
+        metrics["grad_norm"] = passes[-1][0]
+        metrics["nonfinite_grad_steps"] = state.extra.get("nonfinite_grad_steps", 0)
+        metrics["learning_rate"] = state.optimizer.lr
+        s.steps += n
+        s.samples += n * self.samples
+        s.skipped_publishes += r["skipped_publishes"]
+        s.learn_s += r["learn_s"]
+        s.publish_s += r["publish_s"]
+        s.lag_mean, s.lag_max = r["lag_mean"], r["lag_max"]
+        s.metrics = metrics
+        if self.filled == 0:  # the arrays hold the last batch whole
+            s.last_batch = (self.arrays["actions"].copy(), self.arrays["mask"].copy())
+        return n
 
 
 class Learner:
@@ -213,8 +338,12 @@ class Learner:
         meter = ThreadMeter()
         try:
             inbox = self.inbox if self.inbox is not None and self.inbox.queue is in_queue else None
+            loop = NativeLoop.make(self, inbox)
             while not stop.is_set():
-                if inbox is not None:
+                if loop is not None:
+                    if loop.run() == 0:
+                        continue  # no step: nothing for the hooks
+                elif inbox is not None:
                     batch = inbox.take(
                         stop, self.batch_rollouts, self.version, self.max_policy_lag, self.stats
                     )
