@@ -148,9 +148,9 @@ class Agent(abc.ABC):
         """Optional: a promise that `learn` is exactly the `rlpar.NativeLearn` returned (its
         passes of an actor-critic `rlpar.NativeLoss` on each whole batch, at the optimizer's
         learning rate as it stands), so that the runtime may run the learner's whole loop
-        natively: where every actor's loop is native too (rlpar's native envs, outside
-        deterministic mode) it takes each batch, steps and publishes without the GIL, many
-        learner steps a call, and `learn` is not called. Return None whenever `learn` would do
+        natively: with actor threads outside deterministic mode (on rlpar's native envs or on
+        Python envs) it takes each batch, steps and publishes without the GIL, many learner
+        steps a call, and `learn` is not called. Return None whenever `learn` would do
         anything else on the next batches (a learning-rate schedule, rewards changed before the
         loss, a Python loss, a subclass's own `learn`). Called once, on the learner thread
         before its first step, after `init_state`; the default returns None."""

@@ -141,8 +141,9 @@ def test_bad_input_is_refused() -> None:
 
 
 def test_the_runtime_takes_batches_natively_where_it_can() -> None:
-    """Native envs: taken natively, the copies without the GIL; gymnasium envs and
-    deterministic mode (batches ordered by actor): taken in Python."""
+    """Native envs: taken natively, the copies without the GIL; gymnasium envs: natively for
+    the learner's native loop only (an agent whose step it runs), else in Python; deterministic
+    mode (batches ordered by actor): in Python."""
     runtime = RuntimeConfig(num_actors=2, envs_per_actor=4, unroll_length=5, batch_rollouts=2,
                             total_env_steps=4_000, checkpoint_interval_s=None)  # fmt: skip
     agent = rlpar.make_agent("impala")
@@ -150,7 +151,11 @@ def test_the_runtime_takes_batches_natively_where_it_can() -> None:
     assert native.learner.inbox is not None and native.learner.inbox.release_gil
     result = native.run()
     assert result.learner_steps > 0 and native.learner.stats.lag_max <= 4
-    python = rlpar.Runner(rlpar.make_agent("impala"), EnvConfig("CartPole-v1"), runtime)
+    looped = rlpar.Runner(rlpar.make_agent("impala"), EnvConfig("CartPole-v1"), runtime)
+    assert looped.learner.inbox is not None and looped.learner.inbox.for_loop_only
+    looped.close()
+    python = rlpar.Runner(rlpar.make_agent("appo", {"minibatches": 2}), EnvConfig("CartPole-v1"),
+                          runtime)  # fmt: skip
     assert python.learner.inbox is None
     python.close()
     ordered = RuntimeConfig(**{**runtime.__dict__, "deterministic": True})

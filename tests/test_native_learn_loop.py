@@ -270,3 +270,30 @@ def test_one_thread_at_a_time_uses_the_inbox() -> None:
             break
     prober.join(timeout=30)
     assert refused and "another thread is using this inbox" in str(refused[0])
+
+
+def test_beside_python_env_actors_the_loop_runs_and_the_episodes_are_logged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """gymnasium's CartPole (actors step Python envs): the learner's native loop takes their
+    rollouts, the episodes are the actors' own; with column shards the Python take and learn."""
+    calls: list[int] = []
+    learn = Impala.learn
+
+    def counted(self, net, state, batch):
+        calls.append(state.steps)
+        return learn(self, net, state, batch)
+
+    monkeypatch.setattr(Impala, "learn", counted)
+    runtime = RuntimeConfig(num_actors=2, envs_per_actor=4, unroll_length=8, batch_rollouts=2,
+                            total_env_steps=8_000, checkpoint_interval_s=None)  # fmt: skip
+    runner = rlpar.Runner(rlpar.make_agent("impala"), EnvConfig("CartPole-v1"), runtime)
+    result = runner.run()
+    assert result.learner_steps > 0 and calls == []
+    assert result.episodes > 0 and np.isfinite(result.mean_return)
+    assert runner.store.latest_version == runner.state.steps + 1
+    assert runner.learner.stats.samples == result.learner_steps * 2 * 4 * 8
+    shards = RuntimeConfig(**{**runtime.__dict__, "learner_threads": 2})
+    runner = rlpar.Runner(rlpar.make_agent("impala"), EnvConfig("CartPole-v1"), shards)
+    result = runner.run()
+    assert len(calls) == result.learner_steps > 0

@@ -128,6 +128,9 @@ class NativeInbox:
         self._fields = [
             (n, getattr(first, n).dtype, getattr(first, n).shape, ENV_AXIS[n]) for n in ARRAY_FIELDS
         ]
+        #: attached for the learner's native loop alone (its actors step Python envs): without
+        #: the loop the learner takes its batches in Python
+        self.for_loop_only = False
 
     def batch_arrays(self, count: int) -> dict[str, np.ndarray]:
         """Empty arrays for a batch of ``count`` rollouts, by field (`rlpar.data.ARRAY_FIELDS`)."""
@@ -307,18 +310,24 @@ class Learner:
 
     def attach_inbox(self, queue: HandOff[Rollout], actors: Sequence[Any]) -> None:
         """Take batches from ``queue`` natively (`NativeInbox`, the copies and the publish
-        without the GIL) when ``actors`` (this run's actor threads, before they start) never
-        want the GIL: not in deterministic mode (it orders the batch by actor), every actor in
-        this process and running its whole loop natively (`Actor._run_native`). Beside actors
-        that step Python envs the Python take is kept: measured against it there, the native
-        one (copies under the GIL) ran at the same rate with the actors waiting more for the
-        GIL (experiments/RESULTS.md, "The learner's take in native calls")."""
+        without the GIL) where the Python take costs the actors: not in deterministic mode (it
+        orders the batch by actor), every actor a thread of this process (``actors``, before
+        they start), and either every actor running its whole loop natively
+        (`Actor._run_native`), or the agent's step one the learner's native loop can run
+        (`NativeLoop`, `Agent.native_learn`): beside actors that step Python envs the learner
+        then takes the GIL once every `LEARN_LOOP_S` instead of once a step, each time it
+        would have cost the actor a round trip. Beside such actors, with ``learn`` in Python
+        the Python take is kept: there the native one measured no faster
+        (experiments/RESULTS.md, "The learner's take in native calls")."""
         from rlpar.runtime.actor import Actor  # the actors' module imports this one
 
         if self.deterministic or not actors or not all(isinstance(a, Actor) for a in actors):
             return
         if all(a._native_loop(queue) for a in actors):
             self.inbox = NativeInbox(queue, actors, release_gil=True)
+        elif self.agent.native_learn(self.net, self.state) is not None:
+            self.inbox = NativeInbox(queue, actors, release_gil=True)
+            self.inbox.for_loop_only = True
 
     @property
     def version(self) -> int:
@@ -339,6 +348,8 @@ class Learner:
         try:
             inbox = self.inbox if self.inbox is not None and self.inbox.queue is in_queue else None
             loop = NativeLoop.make(self, inbox)
+            if loop is None and inbox is not None and inbox.for_loop_only:
+                inbox = None  # the step is not the loop's (column shards): the Python take
             while not stop.is_set():
                 if loop is not None:
                     if loop.run() == 0:
