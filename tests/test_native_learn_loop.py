@@ -143,21 +143,27 @@ def test_a_step_that_is_not_finite_is_skipped_and_counted_as_learn_does() -> Non
     assert np.isnan(learner.stats.metrics["grad_norm"])
 
 
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The learner steps at which `Impala.learn` was called."""
+    got: list[int] = []
+    learn = Impala.learn
+
+    def counted(self, net, state, batch):
+        got.append(state.steps)
+        return learn(self, net, state, batch)
+
+    monkeypatch.setattr(Impala, "learn", counted)
+    return got
+
+
 def test_the_runtime_runs_the_native_loop_where_the_agent_says_what_learn_does(
-    monkeypatch: pytest.MonkeyPatch,
+    calls: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Native envs and IMPALA: the loop, and `learn` is never called; a learning-rate schedule,
     clipped rewards, APPO, a Python-env run: `learn` as before."""
     runtime = RuntimeConfig(num_actors=2, envs_per_actor=4, unroll_length=5, batch_rollouts=2,
                             total_env_steps=6_000, checkpoint_interval_s=None)  # fmt: skip
-    calls: list[int] = []
-    learn = Impala.learn
-
-    def counted(self, net, state, batch):
-        calls.append(state.steps)
-        return learn(self, net, state, batch)
-
-    monkeypatch.setattr(Impala, "learn", counted)
     runner = rlpar.Runner(rlpar.make_agent("impala"), EnvConfig("rlpar/CartPole-v1"), runtime)
     result = runner.run()
     assert result.learner_steps > 0 and calls == []
@@ -273,18 +279,10 @@ def test_one_thread_at_a_time_uses_the_inbox() -> None:
 
 
 def test_beside_python_env_actors_the_loop_runs_and_the_episodes_are_logged(
-    monkeypatch: pytest.MonkeyPatch,
+    calls: list[int],
 ) -> None:
     """gymnasium's CartPole (actors step Python envs): the learner's native loop takes their
     rollouts, the episodes are the actors' own; with column shards the Python take and learn."""
-    calls: list[int] = []
-    learn = Impala.learn
-
-    def counted(self, net, state, batch):
-        calls.append(state.steps)
-        return learn(self, net, state, batch)
-
-    monkeypatch.setattr(Impala, "learn", counted)
     runtime = RuntimeConfig(num_actors=2, envs_per_actor=4, unroll_length=8, batch_rollouts=2,
                             total_env_steps=8_000, checkpoint_interval_s=None)  # fmt: skip
     runner = rlpar.Runner(rlpar.make_agent("impala"), EnvConfig("CartPole-v1"), runtime)
@@ -297,3 +295,29 @@ def test_beside_python_env_actors_the_loop_runs_and_the_episodes_are_logged(
     runner = rlpar.Runner(rlpar.make_agent("impala"), EnvConfig("CartPole-v1"), shards)
     result = runner.run()
     assert len(calls) == result.learner_steps > 0
+
+
+@pytest.mark.parametrize("env", ["rlpar/CartPole-v1", "CartPole-v1"])
+def test_an_error_in_the_loop_stops_the_run_and_is_reraised(
+    env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A learner that diverges inside the native loop (here: the non-finite count raising on
+    its 5th step) stops the actors, native or Python, and the run re-raises its error."""
+    from rlpar.runtime import learner as learner_module
+
+    seen: list[float] = []
+
+    def diverged(state, norm):
+        seen.append(norm)
+        if len(seen) >= 5:
+            raise FloatingPointError("the gradient was not finite")
+        return False
+
+    monkeypatch.setattr(learner_module, "skip_nonfinite_step", diverged)
+    runtime = RuntimeConfig(num_actors=2, envs_per_actor=4, unroll_length=5, batch_rollouts=1,
+                            total_env_steps=10**9, checkpoint_interval_s=None)  # fmt: skip
+    runner = rlpar.Runner(rlpar.make_agent("impala"), EnvConfig(env), runtime)
+    with pytest.raises(FloatingPointError, match="not finite") as info:
+        runner.run()
+    assert any("learner" in note for note in getattr(info.value, "__notes__", []))
+    assert not [t for t in threading.enumerate() if t.name.startswith("rlpar-")]
