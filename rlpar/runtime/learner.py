@@ -177,12 +177,12 @@ LEARN_LOOP_S = 0.01
 
 class NativeLoop:
     """The learner's whole loop in native calls (`rlpar._native.learn_loop`), for an agent whose
-    `rlpar.Agent.native_learn` says what its `learn` does, beside actors whose loops are native
-    (`NativeInbox`): each call takes batches, runs the agent's optimizer steps on them and
-    publishes each as the next version without the GIL, for up to `LEARN_LOOP_S`; the learner
-    thread takes the GIL back only to count the steps, update its stats and run its hooks. The
-    batch arrays are this loop's own and reused; a batch that a call leaves part-taken stays in
-    them for the next."""
+    `rlpar.Agent.native_learn` says what its `learn` does, beside actor threads whose rollouts
+    it takes natively (`NativeInbox`; their loops native, or stepping Python envs): each call
+    takes batches, runs the agent's optimizer steps on them and publishes each as the next
+    version without the GIL, for up to `LEARN_LOOP_S`; the learner thread takes the GIL back
+    only to count the steps, update its stats and run its hooks. The batch arrays are this
+    loop's own and reused; a batch that a call leaves part-taken stays in them for the next."""
 
     def __init__(self, inbox: NativeInbox, plan: NativeLearn, learner: Learner) -> None:
         self.inbox, self.plan, self.learner = inbox, plan, learner
