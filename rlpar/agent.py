@@ -152,8 +152,9 @@ class Agent(abc.ABC):
         Python envs) it takes each batch, steps and publishes without the GIL, many learner
         steps a call, and `learn` is not called. Return None whenever `learn` would do
         anything else on the next batches (a learning-rate schedule, rewards changed before the
-        loss, a Python loss, a subclass's own `learn`). Called once, on the learner thread
-        before its first step, after `init_state`; the default returns None."""
+        loss, a Python loss, a subclass's own `learn`). Called after `init_state`, before the
+        run's threads start and again on the learner thread before its first step, so it
+        must give the same answer each time; the default returns None."""
         return None
 
     def greedy(self, net: Net, out: np.ndarray) -> np.ndarray:

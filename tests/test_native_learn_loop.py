@@ -228,6 +228,18 @@ def test_learn_loop_refuses_bad_input() -> None:
         call(names=[n if n != "mask" else "reward" for n in loop.names])
     with pytest.raises(ValueError, match="names: expected one name per batch array"):
         call(names=loop.names[:-1])
+    with pytest.raises(TypeError, match=r"names\[0\]: expected a field name \(str\), got int"):
+        call(names=[0, *loop.names[1:]])
+    with pytest.raises(ValueError, match="names: 'core_state' is missing"):
+        call(names=loop.names[:-1], dst=loop.dst[:-1])
+    with pytest.raises(ValueError, match="max_grad_norm: expected a number > 0, got 0"):
+        call(max_grad_norm=0.0)
+    with pytest.raises(ValueError, match="budget_s: expected a finite number"):
+        call(budget_s=float("inf"))
+    with pytest.raises(ValueError, match=r"done must have shape \(2,\)"):
+        call(done=np.zeros(1, np.int64))
+    with pytest.raises(TypeError, match="versions must be int64"):
+        call(versions=np.zeros(B, np.int32))
     with pytest.raises(ValueError, match="start: expected an integer in \\[0, 2\\], got 3"):
         call(start=3)
     with pytest.raises(ValueError, match="learner_version: the next publish"):
@@ -247,6 +259,8 @@ def test_learn_loop_refuses_bad_input() -> None:
         rlpar.NativeLearn(ppo)
     with pytest.raises(ValueError, match=r"NativeLearn\.passes: expected an integer >= 1"):
         rlpar.NativeLearn(loop.plan.loss, passes=0)
+    with pytest.raises(ValueError, match=r"NativeLearn\.max_grad_norm: expected a number > 0"):
+        rlpar.NativeLearn(loop.plan.loss, max_grad_norm=0.0)
 
 
 def test_one_thread_at_a_time_uses_the_inbox() -> None:

@@ -364,6 +364,10 @@ py::dict learn_loop(py::handle inbox, const py::sequence& names, const py::seque
                            "terminated", "truncated", "mask",    "core_state"};
   py::object arrays[8];
   for (size_t i = 0; i < names.size(); ++i) {
+    if (!py::isinstance<py::str>(names[i])) {
+      throw py::type_error("names[" + std::to_string(i) + "]: expected a field name (str), got " +
+                           type_name(names[i]));
+    }
     const auto name = names[i].cast<std::string>();
     size_t f = 0;
     while (f < 8 && name != fields[f]) ++f;
