@@ -413,10 +413,36 @@ void pack_linear_dy_panels(float* panels, const float* dy, int64_t batch, int64_
 #endif
 }
 
-void add_column_sums(float* acc, const float* x, int64_t rows, int64_t cols, int64_t stride) {
+namespace {
+
+// sum[j] += x[r * stride + j] for j < W, r < rows, each column in row order. A compile-time W
+// keeps the sums in registers.
+template <int W>
+void column_sums_fixed(float* sum, const float* x, int64_t rows, int64_t stride) {
+  float s[W];
+  for (int j = 0; j < W; ++j) s[j] = sum[j];
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * stride;
-    for (int64_t j = 0; j < cols; ++j) acc[j] += row[j];
+    for (int j = 0; j < W; ++j) s[j] += row[j];
+  }
+  for (int j = 0; j < W; ++j) sum[j] = s[j];
+}
+
+}  // namespace
+
+void add_column_sums(float* acc, const float* x, int64_t rows, int64_t cols, int64_t stride) {
+  // Blocks of 64, 32, 16 or 8 columns summed in registers (a plain loop reloaded acc on every
+  // row, since it might alias x: 5 % of a MinAtar learner step), the rest column by column.
+  // Every column sums its rows in order, as before.
+  int64_t j = 0;
+  for (; j + 64 <= cols; j += 64) column_sums_fixed<64>(acc + j, x + j, rows, stride);
+  if (j + 32 <= cols) column_sums_fixed<32>(acc + j, x + j, rows, stride), j += 32;
+  if (j + 16 <= cols) column_sums_fixed<16>(acc + j, x + j, rows, stride), j += 16;
+  if (j + 8 <= cols) column_sums_fixed<8>(acc + j, x + j, rows, stride), j += 8;
+  for (; j < cols; ++j) {
+    float s = acc[j];
+    for (int64_t r = 0; r < rows; ++r) s += x[r * stride + j];
+    acc[j] = s;
   }
 }
 
