@@ -292,6 +292,14 @@ BACKWARD_CASES = {
     "gaussian": NetSpec((5,), [Linear(6), Tanh()], [Gaussian(3)]),
     "all_heads": NetSpec((5,), [Linear(6), Tanh()], [Gaussian(2), Value(), Categorical(3)]),
     "no_torso": NetSpec((5,), [], [Categorical(2), Value()]),
+    # A ReLU's backward taken by the layer above it, through a Flatten (the MinAtar torso's shape).
+    "relu_flatten_linear": NetSpec(
+        (5, 4, 2), [Conv2d(3, 2), ReLU(), Flatten(), Linear(5), ReLU()], [Value()]
+    ),
+    # A ReLU at the bottom: no layer below needs its gradient.
+    "relu_first": NetSpec((6,), [ReLU(), Linear(5), ReLU()], [Categorical(3)]),
+    # Bias gradients of 24 (16 + 8) and 57 (32 + 16 + 8 + 1) columns.
+    "bias_widths": NetSpec((4,), [Linear(24), Tanh(), Linear(57), Tanh()], [Value()]),
 }
 
 
@@ -581,8 +589,9 @@ def test_centered_rmsprop_stays_finite_for_nearly_constant_grads() -> None:
     assert np.isfinite(params).all()
 
 
-def test_global_norm_matches_numpy() -> None:
-    g = np.random.default_rng(0).standard_normal(1001).astype(np.float32)
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 1001])
+def test_global_norm_matches_numpy(n: int) -> None:
+    g = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     assert rlpar.global_norm(g) == pytest.approx(np.linalg.norm(g.astype(np.float64)), rel=1e-12)
 
 

@@ -791,6 +791,15 @@ void Net::torso_backward(const float* params, float* dy, float* other, float* gr
     const Layer& l = layers_[k];
     if (l.kind == LayerKind::Flatten) continue;  // same memory, same gradient
     const bool need_dx = k > 0;
+    // A ReLU right below a conv or linear layer (not the net's first layer) has its backward
+    // in the same part, on the rows that part's data gradient just wrote: in place, while they
+    // are in cache, and without a pass (and a wait for the pool) of its own. Its output is this
+    // layer's input x. The same floats as the ReLU's own backward.
+    // A Flatten between them shares the memory and the gradient.
+    size_t below = k - (k > 0 ? 1 : 0);
+    while (below > 0 && layers_[below].kind == LayerKind::Flatten) --below;
+    const bool relu_below = below > 0 && below < k && layers_[below].kind == LayerKind::ReLU &&
+                            (l.kind == LayerKind::Linear || l.kind == LayerKind::Conv2d);
     const int64_t out_n = shape_numel(l.out), in_n = shape_numel(l.in);
     const float* d = g[cur];
     float* dx = need_dx ? g[1 - cur] : nullptr;
@@ -856,10 +865,12 @@ void Net::torso_backward(const float* params, float* dy, float* other, float* gr
         case LayerKind::Flatten:
           break;
       }
+      if (relu_below) layers::relu_backward(dx_rows, dx_rows, x + r0 * in_n, n * in_n);
     };
     run_parts(pool, parts, part);
     if (!need_dx) break;
     cur = 1 - cur;
+    if (relu_below) k = below;  // its backward is done (and the Flattens' nothing)
   }
 }
 
