@@ -352,6 +352,42 @@ def _grad_setup():
     return net, tape, dout
 
 
+TRAILING_ZERO_NETS = {
+    "mlp": lambda: Net(rlpar.mlp_spec(6, [Categorical(3), Value()], hidden=(70, 40))),
+    "minatar_conv": lambda: Net(
+        rlpar.conv_spec((10, 10, 4), [Categorical(6), Value()], convs=((16, 3, 1),), hidden=128)
+    ),
+    "gaussian": lambda: Net(rlpar.mlp_spec(5, [Gaussian(2), Value()], hidden=(16,))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRAILING_ZERO_NETS))
+@pytest.mark.parametrize("zero_rows", [1, 16, 40])
+def test_backward_trailing_zero_rows_add_nothing(name: str, zero_rows: int) -> None:
+    # A feed-forward net leaves out the last rows whose output gradient is all zero (an
+    # actor-critic loss's bootstrap rows): the gradient is the one of the other rows alone, the
+    # same floats, and -0.0 counts as zero.
+    net = TRAILING_ZERO_NETS[name]()
+    params = random_params(net, 31)
+    rows = 48
+    obs = random_obs(net.spec, rows, 32)
+    dout = np.random.default_rng(33).standard_normal((rows, net.output_size)).astype(np.float32)
+    dout[rows - zero_rows :] = 0.0
+    dout[-1, 0] = -0.0
+    _, tape = net.forward_train(params, obs)
+    _, head = net.forward_train(params, obs[: rows - zero_rows])
+    np.testing.assert_array_equal(
+        net.backward(tape, dout), net.backward(head, dout[: rows - zero_rows].copy())
+    )
+    # Every row zero: nothing is added; a NaN row is not zero and reaches the gradient.
+    grad = np.full(net.num_params, 2.0, np.float32)
+    net.backward(tape, np.zeros_like(dout), grad=grad, accumulate=True)
+    np.testing.assert_array_equal(grad, 2.0)
+    np.testing.assert_array_equal(net.backward(tape, np.zeros_like(dout)), 0.0)
+    dout[-1, 0] = np.nan
+    assert np.isnan(net.backward(tape, dout)).any()
+
+
 def test_backward_accumulate_adds_into_grad() -> None:
     net, tape, dout = _grad_setup()
     fresh = net.backward(tape, dout)

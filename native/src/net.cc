@@ -475,6 +475,18 @@ constexpr double kMinPartFlops = 1e7;
 // with the cores to measure; 4 is the estimate.
 constexpr int64_t kSharedPanelParts = 4;
 
+// How many of the last rows of out [rows, cols] are all zero (-0.0 included, NaN not).
+int64_t trailing_zero_rows(const float* out, int64_t rows, int64_t cols) {
+  int64_t r = rows;
+  for (; r > 0; --r) {
+    const float* row = out + (r - 1) * cols;
+    bool zero = true;
+    for (int64_t j = 0; j < cols && zero; ++j) zero = row[j] == 0.0f;
+    if (!zero) break;
+  }
+  return rows - r;
+}
+
 // fn(0) on the calling thread when there is one part, else fn(0 .. parts - 1) on the pool (by
 // reference: std::function keeps a reference_wrapper without allocating).
 template <typename Fn>
@@ -717,19 +729,25 @@ void Net::backward(const float* params, const Tape& tape, const float* dout, flo
   const int64_t batch = tape.batch_;
   if (!accumulate) std::memset(grad, 0, sizeof(float) * num_params_);
   float* g[2] = {ws.get(kGradA, batch * max_activation_), ws.get(kGradB, batch * max_activation_)};
-  heads_backward(params, dout, grad, g[0], ws);
   if (recurrent()) {
+    heads_backward(params, dout, grad, g[0], ws, batch);
     if (core_backward(params, g[0], grad, layers_.empty() ? nullptr : g[1], ws) == nullptr) return;
-    torso_backward(params, g[1], g[0], grad, ws, pool);
+    torso_backward(params, g[1], g[0], grad, ws, pool, batch);
   } else {
-    torso_backward(params, g[0], g[1], grad, ws, pool);
+    // Rows of a feed-forward net are independent: trailing rows whose output gradient is all
+    // zero (an actor-critic loss's bootstrap rows, the last time step of every column of a
+    // [T + 1, N] batch) would only add zero products to each parameter's gradient, and nothing
+    // reads their data gradients. They are left out: 1 / (T + 1) of the backward's work.
+    const int64_t rows = batch - trailing_zero_rows(dout, batch, output_size_);
+    if (rows == 0) return;
+    heads_backward(params, dout, grad, g[0], ws, rows);
+    torso_backward(params, g[0], g[1], grad, ws, pool, rows);
   }
 }
 
 // Parameter gradients of the heads, and the feature gradient summed over heads into dfeat.
 void Net::heads_backward(const float* params, const float* dout, float* grad, float* dfeat,
-                         Workspace& ws) const {
-  const int64_t batch = ws.batch;
+                         Workspace& ws, int64_t batch) const {
   ConstMatMap F(ws.feat, batch, feature_size_);
   Eigen::Map<RowMat> DF(dfeat, batch, feature_size_);
   DF.setZero();
@@ -779,8 +797,8 @@ const float* Net::core_backward(const float* params, float* dh, float* grad, flo
 // batch. Every float is then summed in the order of the unsplit call (one part), so the result is
 // the same bit for bit whatever the pool (tested), and no part needs a gradient buffer.
 void Net::torso_backward(const float* params, float* dy, float* other, float* grad, Workspace& ws,
-                         ThreadPool* pool) const {
-  const int64_t batch = ws.batch, parts = torso_parts(pool, batch);
+                         ThreadPool* pool, int64_t batch) const {
+  const int64_t parts = torso_parts(pool, batch);
   float* scratch[kMaxParts];
   // Part 0 may compute a GEMM path's whole weight gradient: scratch for the whole batch.
   part_scratch(ws, parts, part_scratch_floats(batch, true),

@@ -233,7 +233,8 @@ class Net {
                                                  uint64_t version, bool many_calls) const;
 
   // dout: [B, output_size] gradient of the loss w.r.t. the output; grad: [num_params].
-  // `params` must be the buffer the tape was recorded with.
+  // `params` must be the buffer the tape was recorded with. A feed-forward net skips the last
+  // rows of dout that are all zero (they add nothing to grad).
   void backward(const float* params, const Tape& tape, const float* dout, float* grad,
                 bool accumulate, ThreadPool* pool = nullptr) const;
 
@@ -263,12 +264,13 @@ class Net {
   void run_core(const float* params, const SeqArgs& seq, Workspace& ws) const;
   lstm::AmxScratch core_amx(const lstm::LstmDims& d, Workspace& ws, bool prepacked) const;
   void run_heads(const float* params, float* out, Workspace& ws) const;
+  // The backward of the first `rows` rows of the tape's batch.
   void heads_backward(const float* params, const float* dout, float* grad, float* dfeat,
-                      Workspace& ws) const;
+                      Workspace& ws, int64_t rows) const;
   const float* core_backward(const float* params, float* dh, float* grad, float* dx,
                              Workspace& ws) const;
   void torso_backward(const float* params, float* dy, float* other, float* grad, Workspace& ws,
-                      ThreadPool* pool) const;
+                      ThreadPool* pool, int64_t rows) const;
   size_t core_slot(size_t k) const;
   void part_scratch(Workspace& ws, int64_t parts, int64_t first_floats, int64_t floats,
                     float** scratch) const;
