@@ -252,8 +252,10 @@ class RuntimeConfig:
     """Preallocated rollouts per actor: an actor waits when all of its are queued."""
     learner_threads: int = 1
     """Threads for one learner step (see `learner_split` for how they share it). More than 1
-    pays on several cores (see `rlpar bench net` and `rlpar bench scaling`); the gradient's sum
-    then rounds differently from one thread's, but a given count is still reproducible."""
+    pays where cores are idle (see `rlpar bench net` and `rlpar bench scaling`), also beside
+    actors that leave part of a core, as on `minatar_breakout_suite`. With "rows", a built-in
+    agent's step on the AVX-512 kernels gives the same floats as one thread's (tested); with
+    "shards" the gradient's sum rounds differently, but a given count is still reproducible."""
     learner_split: str = "auto"
     """How a learner step computed with rlpar.loss_gradient (the built-in agents', and any
     agent's that calls it) shares its `learner_threads` threads:

@@ -388,6 +388,33 @@ def test_backward_trailing_zero_rows_add_nothing(name: str, zero_rows: int) -> N
     assert np.isnan(net.backward(tape, dout)).any()
 
 
+class RowCounter(Square):
+    """Square, recording the rows each forward and backward call sees."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, int]] = []
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        self.rows.append(("forward", len(x)))
+        return super().forward(x)
+
+    def backward(self, x: np.ndarray, y: np.ndarray, dy: np.ndarray) -> np.ndarray:
+        self.rows.append(("backward", len(x)))
+        return super().backward(x, y, dy)
+
+
+def test_backward_python_layer_sees_every_row() -> None:
+    # A Python layer's backward is promised the forward's rows, trailing zero rows included.
+    layer = RowCounter()
+    net = Net(NetSpec((6,), [Linear(5), layer, Linear(4)], [Value()]))
+    params = random_params(net, 41)
+    _, tape = net.forward_train(params, random_obs(net.spec, 9, 42))
+    dout = np.zeros((9, net.output_size), np.float32)
+    dout[:4] = 1.0
+    net.backward(tape, dout)
+    assert layer.rows == [("forward", 9), ("backward", 9)]
+
+
 def test_backward_accumulate_adds_into_grad() -> None:
     net, tape, dout = _grad_setup()
     fresh = net.backward(tape, dout)

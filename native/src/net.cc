@@ -737,8 +737,10 @@ void Net::backward(const float* params, const Tape& tape, const float* dout, flo
     // Rows of a feed-forward net are independent: trailing rows whose output gradient is all
     // zero (an actor-critic loss's bootstrap rows, the last time step of every column of a
     // [T + 1, N] batch) would only add zero products to each parameter's gradient, and nothing
-    // reads their data gradients. They are left out: 1 / (T + 1) of the backward's work.
-    const int64_t rows = batch - trailing_zero_rows(dout, batch, output_size_);
+    // reads their data gradients. They are left out: 1 / (T + 1) of the backward's work. A net
+    // with a Python layer keeps them: its backward is promised the forward's rows.
+    const int64_t rows =
+        has_external_ ? batch : batch - trailing_zero_rows(dout, batch, output_size_);
     if (rows == 0) return;
     heads_backward(params, dout, grad, g[0], ws, rows);
     torso_backward(params, g[0], g[1], grad, ws, pool, rows);
