@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -142,14 +143,28 @@ def test_trials_rank_finished_first_then_stopped_then_crashed() -> None:
 
 
 def _group_alive(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that still run (a killed zombie not yet reaped does not)."""
     alive = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
-                if os.getpgid(int(pid)) == pgid:
-                    alive.append(int(pid))
-            except ProcessLookupError:
-                pass
+                if os.getpgid(int(pid)) != pgid:
+                    continue
+                with open(f"/proc/{pid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except (ProcessLookupError, FileNotFoundError):
+                continue
+            if state not in ("Z", "X"):
+                alive.append(int(pid))
+    return alive
+
+
+def _group_gone(pgid: int, within_s: float = 10.0) -> list[int]:
+    """Waits up to ``within_s`` for a process group sent SIGKILL to end (the kill is delivered
+    asynchronously: a process can still be exiting when killpg returns); what still runs then."""
+    deadline = time.monotonic() + within_s
+    while (alive := _group_alive(pgid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     return alive
 
 
@@ -172,7 +187,7 @@ def _sweep(tmp_path: Path, space_path: Path, timeout: float = 240) -> tuple[list
         except ProcessLookupError:
             pass
     assert proc.returncode == 0, err[-3000:]
-    assert not _group_alive(proc.pid)
+    assert not _group_gone(proc.pid)
     (line,) = out.strip().splitlines()  # stdout holds the JSON alone (Tune's tables: stderr)
     return json.loads(line), err
 
