@@ -85,7 +85,10 @@ class NativeLearn:
     learning rate. The runtime's loop then takes each batch, steps and publishes with the GIL
     released, many learner steps a call; its metrics are the last step's: ``loss``'s,
     ``grad_norm``, ``learning_rate`` and ``nonfinite_grad_steps``, as the built-in agents'
-    `learn` reports them."""
+    `learn` reports them. ``passes = 0`` is a learner that takes each batch and publishes its
+    parameters unchanged (metrics: ``learning_rate`` alone), for an agent whose `learn` does
+    nothing: what the runtime costs the actors around a learner step (`rlpar bench
+    runtime`'s idle learner)."""
 
     loss: NativeLoss
     passes: int = 1
@@ -97,8 +100,8 @@ class NativeLearn:
                 "NativeLearn.loss: expected an actor-critic rlpar.NativeLoss (IMPALA's, A3C's), "
                 f"got {self.loss!r}"
             )
-        if isinstance(self.passes, bool) or not isinstance(self.passes, int) or self.passes < 1:
-            raise ValueError(f"NativeLearn.passes: expected an integer >= 1, got {self.passes!r}")
+        if isinstance(self.passes, bool) or not isinstance(self.passes, int) or self.passes < 0:
+            raise ValueError(f"NativeLearn.passes: expected an integer >= 0, got {self.passes!r}")
         if not self.max_grad_norm > 0:
             raise ValueError(
                 f"NativeLearn.max_grad_norm: expected a number > 0, got {self.max_grad_norm!r}"

@@ -180,7 +180,18 @@ def test_bench_runtime_and_envs_json(tmp_path) -> None:
         > e["actor_loop_gil"]["native_fused"]["1"]["held"]
     )
     assert r["env_only_steps_per_s"] > 0 and 0 < r["ratios"]["one_actor_vs_env_only"]
-    for case in ("1_actor", "2_actors", "1_actor_with_learner", "2_actors_with_learner"):
+    assert r["python_take_learner"]["1"] > 0
+    assert 0 < r["ratios"]["one_actor_python_take_vs_env_only"]
+    if importlib.util.find_spec("minatar") is not None:  # the MinAtar case where it is installed
+        m = r["minatar_breakout"]
+        assert m["env_steps_per_s"]["1"] > 0 and m["with_learner"]["1"] > 0
+        assert m["env_only_steps_per_s"] > 0 and 0 < m["ratios"]["one_actor_vs_env_only"]
+        assert set(m["gil"]) == {"1_actor", "1_actor_with_learner"}
+    else:
+        assert "minatar_breakout" not in r
+    cases = ("1_actor", "2_actors", "1_actor_with_learner", "2_actors_with_learner",
+             "1_actor_python_take")  # fmt: skip
+    for case in cases:
         assert set(r["gil"][case]) == {
             "actor_held", "actor_wait", "actor_native", "learner_held", "ceiling"
         }  # fmt: skip

@@ -111,6 +111,29 @@ def test_the_loop_takes_the_steps_learn_takes(config: dict) -> None:
     assert loop.run() == 0 and loop.filled == 0  # nothing queued: the budget runs out
 
 
+def test_no_passes_takes_and_publishes_without_a_step() -> None:
+    """`NativeLearn.passes` = 0 (`rlpar bench runtime`'s idle learner): each batch is taken and
+    its buffers handed back, the parameters are published unchanged as the next version, and
+    no optimizer step is taken."""
+    _, learner, _loop, q, fakes = setup({})
+    plan = rlpar.NativeLearn(learner.agent.native_learn(learner.net, learner.state).loss, 0)
+    loop = NativeLoop(_loop.inbox, plan, learner)
+    before = learner.state.params.copy()
+    for f in fakes[:2]:
+        for r in f.buffers:
+            q.put(r)
+    run_until(loop, 2)
+    state = learner.state
+    np.testing.assert_array_equal(state.params, before)
+    assert state.steps == learner.stats.steps == 2 and state.optimizer.steps == 0
+    assert learner.store.latest_version == 3
+    with learner.store.pin() as snap:
+        np.testing.assert_array_equal(np.asarray(snap), before)
+    assert learner.stats.metrics == {"learning_rate": state.optimizer.lr}
+    assert learner.stats.samples == 2 * B * T * K
+    assert sum(f.free.qsize() for f in fakes) == 4  # every buffer went back
+
+
 def test_a_batch_left_part_taken_is_finished_by_the_next_call() -> None:
     (agent, net, state, _store), learner, loop, q, fakes = setup({})
     first, second = fakes[0].buffers[0], fakes[1].buffers[0]
@@ -218,8 +241,8 @@ def test_learn_loop_refuses_bad_input() -> None:
         return _native.learn_loop(**args)
 
     assert call()["batches"] == 0  # a zero budget takes nothing
-    with pytest.raises(ValueError, match="passes: expected an integer >= 1, got 0"):
-        call(passes=0)
+    with pytest.raises(ValueError, match="passes: expected an integer >= 0, got -1"):
+        call(passes=-1)
     with pytest.raises(ValueError, match="budget_s: expected a finite number"):
         call(budget_s=-1.0)
     with pytest.raises(ValueError, match="max_lag: expected None or an integer >= 0, got -2"):
@@ -257,8 +280,8 @@ def test_learn_loop_refuses_bad_input() -> None:
         call(loss=ppo.native)
     with pytest.raises(TypeError, match=r"expected an actor-critic rlpar\.NativeLoss"):
         rlpar.NativeLearn(ppo)
-    with pytest.raises(ValueError, match=r"NativeLearn\.passes: expected an integer >= 1"):
-        rlpar.NativeLearn(loop.plan.loss, passes=0)
+    with pytest.raises(ValueError, match=r"NativeLearn\.passes: expected an integer >= 0"):
+        rlpar.NativeLearn(loop.plan.loss, passes=-1)
     with pytest.raises(ValueError, match=r"NativeLearn\.max_grad_norm: expected a number > 0"):
         rlpar.NativeLearn(loop.plan.loss, max_grad_norm=0.0)
 

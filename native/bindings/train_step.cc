@@ -319,9 +319,10 @@ py::list train_steps(const std::shared_ptr<rlpar::Net>& net, py::handle params, 
 
 // The learner's whole loop for a built-in actor-critic loss, as one call without the GIL: take
 // a batch from the inbox (rlpar/inbox.h; waiting, copying, handing buffers back), `passes`
-// optimizer steps on it (train_step.h), publish the parameters as the next version, and again,
-// until `budget_s` has passed. What a learner thread in Python does between those pieces (its
-// stats, its hooks, the stop flag) then runs once a call instead of once a step.
+// optimizer steps on it (train_step.h; none with passes = 0, a benchmark's idle learner),
+// publish the parameters as the next version, and again, until `budget_s` has passed. What a
+// learner thread in Python does between those pieces (its stats, its hooks, the stop flag) then
+// runs once a call instead of once a step.
 //
 // The batch arrays `dst` (named by `names`, rlpar.data.ARRAY_FIELDS) are the take's and the
 // step's at once: a call that ends part-way through a batch leaves it in them, and the next
@@ -337,8 +338,8 @@ py::dict learn_loop(py::handle inbox, const py::sequence& names, const py::seque
                      py::handle pool_obj, double budget_s, py::handle done) {
   int64_t* finished = output_array<int64_t>(done, "done", {2});
   finished[0] = finished[1] = 0;
-  if (passes < 1) {
-    throw py::value_error("passes: expected an integer >= 1, got " + std::to_string(passes));
+  if (passes < 0) {
+    throw py::value_error("passes: expected an integer >= 0, got " + std::to_string(passes));
   }
   if (!(budget_s >= 0) || std::isinf(budget_s)) {
     throw py::value_error("budget_s: expected a finite number of seconds >= 0, got " +
@@ -498,8 +499,9 @@ void bind_train_step(py::module_& m) {
         py::arg("pool"), py::arg("budget_s"), py::arg("done"),
         "The learner's loop for an actor-critic loss as one call without the GIL, for up to "
         "budget_s seconds: take a batch of versions.shape[0] rollouts from inbox into dst "
-        "(named by names, from column block start), passes optimizer steps on it, publish the "
-        "parameters to store as learner_version + 1, and again. Returns a dict: batches, "
+        "(named by names, from column block start), passes optimizer steps on it (passes = 0: "
+        "none, an idle learner), publish the parameters to store as learner_version + 1, and "
+        "again. Returns a dict: batches, "
         "filled (columns of a batch left part-taken), dropped, applied (optimizer steps), "
         "skipped_publishes, the last batch's lag_mean and lag_max, metrics and passes "
         "((grad_norm, applied) each), take_s, learn_s, publish_s. done (int64 [2]): batches "

@@ -11,9 +11,9 @@ namespace rlpar::train {
 LearnLoopResult learn_loop(const LearnLoop& loop, int64_t start, int64_t version, double budget_s,
                            int64_t* done) {
   if (loop.inbox == nullptr || loop.net == nullptr || loop.store == nullptr ||
-      loop.versions == nullptr || loop.count < 1 || loop.passes < 1) {
+      loop.versions == nullptr || loop.count < 1 || loop.passes < 0) {
     throw std::invalid_argument("learn_loop: expected an inbox, a net, a store, versions, "
-                                "count >= 1 and passes >= 1");
+                                "count >= 1 and passes >= 0");
   }
   if (start < 0 || start > loop.count) {
     throw std::invalid_argument("learn_loop: start must be in [0, count], got " +

@@ -1,8 +1,10 @@
 """`rlpar bench runtime`: env steps/s of the whole actor/learner runtime.
 
 gymnasium's CartPole-v1 (its vectorized version) with the IMPALA agent's mlp policy, 1 and 2
-actor threads, with the learner idle (it takes rollouts and hands them back without training)
-and busy (real IMPALA learner steps). Rates are measured after a warm-up, the configurations
+actor threads, with the learner idle (it takes rollouts and hands them back without training,
+in the learner's native loop as the runtime runs a built-in agent; and, for one actor, taking
+each batch in Python as for an agent whose ``learn`` is Python) and busy (real IMPALA learner
+steps). Rates are measured after a warm-up, the configurations
 alternate, and each value is the median of the repeats. ``learner_step``: the learner step's
 own GIL-held time, fused into one native call and as separate calls (`rlpar.bench.learner`).
 """
@@ -17,21 +19,26 @@ import numpy as np
 
 from rlpar.agent import Agent, LearnerState
 from rlpar.bench.learner import bench_learner_step
-from rlpar.bench.timing import medians
+from rlpar.bench.timing import import_optional, medians
 from rlpar.config import EnvConfig, RuntimeConfig
 from rlpar.data import Batch
+from rlpar.learner_step import NativeLearn
 from rlpar.nn import Net, NetSpec
 from rlpar.registry import make_agent
 from rlpar.runtime import Runner
+from rlpar.runtime.envs import make_actor_envs
 
 __all__ = ["bench_runtime", "env_only_rate", "runtime_measure"]
 
 
 class _IdleLearner(Agent):
-    """The IMPALA agent with a learner step that does nothing (actors alone are measured)."""
+    """The IMPALA agent with a learner step that does nothing (actors alone are measured): in
+    the learner's native loop (`rlpar.NativeLearn` with no passes), or with ``python_take``
+    each batch taken in Python and handed to this ``learn``."""
 
-    def __init__(self, inner: Agent) -> None:
+    def __init__(self, inner: Agent, python_take: bool = False) -> None:
         self.inner = inner
+        self.python_take = python_take
 
     @property
     def native_sampling(self) -> bool:  # type: ignore[override]
@@ -50,6 +57,16 @@ class _IdleLearner(Agent):
     def learn(self, net: Net, state: LearnerState, batch: Batch) -> dict[str, float]:
         return {}
 
+    def native_learn(self, net: Net, state: LearnerState) -> NativeLearn | None:
+        plan = None if self.python_take else self.inner.native_learn(net, state)
+        return None if plan is None else NativeLearn(plan.loss, passes=0)
+
+
+#: `bench_runtime`'s MinAtar case (where MinAtar is installed): Breakout with its minimal action
+#: set, "sync", the MinAtar suite's conv torso and unroll
+MINATAR = EnvConfig("MinAtar/Breakout-v1", setup="minatar.gym:register_envs")
+MINATAR_NET: dict[str, Any] = {"conv": [[16, 3, 1]], "conv_hidden": 128}
+MINATAR_UNROLL = 20
 
 _GIL_KEYS = ("actor_held", "actor_wait", "actor_native", "learner_held", "ceiling")
 
@@ -59,26 +76,34 @@ def runtime_measure(
     busy: bool,
     seconds: float,
     envs_per_actor: int,
-    env_id: str = "CartPole-v1",
+    env_id: str | EnvConfig = "CartPole-v1",
     unroll_length: int = 16,
     learner_threads: int = 1,
     batch_rollouts: int = 1,
+    python_take: bool = False,
+    net: dict[str, Any] | None = None,
 ) -> dict[str, float]:
     """Env steps/s of one run ("rate", read from its progress reports after the first third),
-    with the run's GIL shares (`Progress.gil`): "actor_held",
-    "actor_wait", "actor_native" (all actors together), "learner_held", and "ceiling" (actor
-    threads the GIL could serve at these shares; 0 when unbounded); and the run's "wall_s",
-    "rollouts" (all actors') and "learner_steps", to turn the shares into times."""
-    agent = make_agent("impala", {"optim": {"lr": 0.003}})
+    with the IMPALA learner (its ``net`` config; None: its default) training (``busy``) or
+    idle (`_IdleLearner`; ``python_take``: it takes each batch in Python), with the run's GIL
+    shares (`Progress.gil`): "actor_held", "actor_wait", "actor_native" (all actors together),
+    "learner_held", and "ceiling" (actor threads the GIL could serve at these shares; 0 when
+    unbounded); and the run's "wall_s", "rollouts" (all actors') and "learner_steps", to turn
+    the shares into times."""
+    config: dict[str, Any] = {"optim": {"lr": 0.003}}
+    if net is not None:
+        config["net"] = net
+    agent = make_agent("impala", config)
     if not busy:
-        agent = _IdleLearner(agent)
+        agent = _IdleLearner(agent, python_take)
     runtime = RuntimeConfig(
         num_actors=num_actors, envs_per_actor=envs_per_actor, unroll_length=unroll_length,
         batch_rollouts=batch_rollouts, total_env_steps=10**12, max_wall_s=seconds,
         checkpoint_interval_s=None, learner_threads=learner_threads,
     )  # fmt: skip
     samples: list[tuple[float, int]] = []
-    runner = Runner(agent, EnvConfig(env_id), runtime)
+    env = env_id if isinstance(env_id, EnvConfig) else EnvConfig(env_id)
+    runner = Runner(agent, env, runtime)
     result = runner.run(
         on_progress=lambda p: samples.append((p.wall_s, p.env_steps)), progress_interval_s=0.1
     )
@@ -98,10 +123,12 @@ def runtime_measure(
     }
 
 
-def env_only_rate(seconds: float, num_envs: int, env_id: str = "CartPole-v1") -> float:
-    """Env steps/s of one thread that only steps the runtime's vector env (``"sync"``, random
-    actions drawn beforehand): the most a Python env allows without processes."""
-    envs = gym.make_vec(env_id, num_envs=num_envs)
+def env_only_rate(seconds: float, num_envs: int, env_id: str | EnvConfig = "CartPole-v1") -> float:
+    """Env steps/s of one thread that only steps the runtime's vector env (`make_actor_envs`;
+    ``"sync"`` for an id, random actions drawn beforehand): the most a Python env allows
+    without processes."""
+    env = env_id if isinstance(env_id, EnvConfig) else EnvConfig(env_id)
+    envs = make_actor_envs(env, num_envs)
     try:
         envs.reset(seed=0)
         envs.action_space.seed(0)
@@ -118,6 +145,9 @@ def env_only_rate(seconds: float, num_envs: int, env_id: str = "CartPole-v1") ->
 
 def bench_runtime(quick: bool = False) -> dict[str, Any]:
     """``{"env_steps_per_s": {"1": .., "2": ..}, "with_learner": {"1": .., "2": ..},
+    "python_take_learner": {"1": ..} (the idle learner taking batches in Python),
+    "minatar_breakout": one actor on MinAtar Breakout "sync" against its env-only rate, where
+    MinAtar is installed,
     "env_only_steps_per_s": one thread stepping the same vector env, "ratios": {...},
     "gil": {configuration: GIL shares and the predicted actor ceiling}, "learner_step":
     {agent: the learner step's GIL-held time, fused and separate}}``."""
@@ -128,18 +158,30 @@ def bench_runtime(quick: bool = False) -> dict[str, Any]:
         for actors in (1, 2)
         for busy in (False, True)
     }
+    configs["python_take"] = lambda: runtime_measure(
+        1, False, seconds, envs_per_actor, python_take=True
+    )
     configs["env_only"] = lambda: env_only_rate(seconds / 2, envs_per_actor)
+    minatar = import_optional("minatar") is not None
+    if minatar:
+        for busy in (False, True):
+            configs["minatar", busy] = lambda b=busy: runtime_measure(
+                1, b, seconds, envs_per_actor, MINATAR, MINATAR_UNROLL, net=MINATAR_NET
+            )
+        configs["minatar_env_only"] = lambda: env_only_rate(seconds / 2, envs_per_actor, MINATAR)
     med = medians(configs, repeats)
-    rate = {key: m["rate"] for key, m in med.items() if key != "env_only"}
+    rate = {key: m["rate"] for key, m in med.items() if isinstance(m, dict)}
     out: dict[str, Any] = {
         "env_steps_per_s": {str(a): round(rate[(a, False)]) for a in (1, 2)},
         "with_learner": {str(a): round(rate[(a, True)]) for a in (1, 2)},
+        "python_take_learner": {"1": round(rate["python_take"])},
         "env_only_steps_per_s": round(med["env_only"]),
     }
     out["ratios"] = {
         "two_actors_vs_one": round(rate[(2, False)] / rate[(1, False)], 3),
         "learner_cost": {str(a): round(1 - rate[(a, True)] / rate[(a, False)], 3) for a in (1, 2)},
         "one_actor_vs_env_only": round(rate[(1, False)] / med["env_only"], 3),
+        "one_actor_python_take_vs_env_only": round(rate["python_take"] / med["env_only"], 3),
     }
     # GIL shares per configuration; the 1-actor rows predict the ceiling (no contention yet).
     out["gil"] = {
@@ -149,6 +191,28 @@ def bench_runtime(quick: bool = False) -> dict[str, Any]:
         for a in (1, 2)
         for busy in (False, True)
     }
+    out["gil"]["1_actor_python_take"] = {
+        k: round(v, 3) for k, v in med["python_take"].items() if k in _GIL_KEYS
+    }
+    if minatar:
+        only = med["minatar_env_only"]
+        out["minatar_breakout"] = {
+            "env_steps_per_s": {"1": round(rate["minatar", False])},
+            "with_learner": {"1": round(rate["minatar", True])},
+            "env_only_steps_per_s": round(only),
+            "ratios": {
+                "one_actor_vs_env_only": round(rate["minatar", False] / only, 3),
+                "one_actor_with_learner_vs_env_only": round(rate["minatar", True] / only, 3),
+            },
+            "gil": {
+                f"1_actor{'_with_learner' if busy else ''}": {
+                    k: round(v, 3) for k, v in med["minatar", busy].items() if k in _GIL_KEYS
+                }
+                for busy in (False, True)
+            },
+            "setup": f"{MINATAR.id} sync x{envs_per_actor}, T = {MINATAR_UNROLL}, conv 16x3x3 "
+            "-> 128, categorical + value",
+        }
     out["learner_step"] = bench_learner_step(quick)
     out["setup"] = {
         "env": "CartPole-v1 (gymnasium vector env)",

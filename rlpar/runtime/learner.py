@@ -263,9 +263,11 @@ class NativeLoop:
         for norm, _applied in passes:
             skip_nonfinite_step(state, norm)
         state.steps += 1
-        metrics = r["metrics"]
-        metrics["grad_norm"] = passes[-1][0]
-        metrics["nonfinite_grad_steps"] = state.extra.get("nonfinite_grad_steps", 0)
+        metrics: dict[str, float] = {}
+        if passes:  # else a learner without steps (`NativeLearn.passes` = 0)
+            metrics = r["metrics"]
+            metrics["grad_norm"] = passes[-1][0]
+            metrics["nonfinite_grad_steps"] = state.extra.get("nonfinite_grad_steps", 0)
         metrics["learning_rate"] = state.optimizer.lr
         s.steps += n
         s.samples += n * self.samples

@@ -12,8 +12,10 @@
 //
 // A call that runs out of budget part-way through a batch leaves it in dst and returns `filled`:
 // the next call goes on from there (start). The call ends after a batch with a non-finite step,
-// so that the caller can count it. The batch view must point into dst (the arrays the take
-// fills). One thread at a time per inbox (inbox.h); the store's one writer is this thread.
+// so that the caller can count it. With passes = 0 the loop takes each batch and publishes the
+// parameters unchanged as the next version: a learner that only costs what the runtime costs
+// around its step (a benchmark's idle learner). The batch view must point into dst (the arrays
+// the take fills). One thread at a time per inbox (inbox.h); the store's one writer is this thread.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +38,7 @@ struct LearnLoop {
   float* grad = nullptr;        // [num_params], scratch
   BatchView batch;              // over dst: [T, N = count * K]
   LossSpec loss;
-  int64_t passes = 1;
+  int64_t passes = 1;           // >= 0; 0: take and publish, no step
   double max_grad_norm = 40.0;
   OptimStep optim;              // its step count advances with each step applied
   ThreadPool* pool = nullptr;
