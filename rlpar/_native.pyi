@@ -384,7 +384,7 @@ class StepLoop:
     """
     One actor's step loop over envs that step in Python: between two env steps, one call writes the step's results into the rollout, carries the episodes, runs the forward (GIL released above the work threshold) and, with a sampler, draws the next actions (rlpar/unroll.h). One loop per actor thread; calls from two threads at once raise.
     """
-    def __init__(self, net: Net, num_envs: typing.SupportsInt | typing.SupportsIndex, sampler: CategoricalSampler | None = None) -> None:
+    def __init__(self, net: Net, num_envs: typing.SupportsInt | typing.SupportsIndex, sampler: typing.Any = None) -> None:
         """
         sampler: a CategoricalSampler drawing actions[t] from the net's one Categorical head, or None (the caller writes rollout.actions[t] after each act/step).
         """
@@ -392,13 +392,17 @@ class StepLoop:
         """
         Store obs [n, ...] (None: already stored) as obs[t] of envs [begin, end) (end -1: K) and act step t on them: behaviour[t] and, with a sampler, actions[t].
         """
+    def act_async(self, t: typing.SupportsInt | typing.SupportsIndex, obs: typing.Any = None, begin: typing.SupportsInt | typing.SupportsIndex = 0, end: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
+        """
+        act, with the forward and the draw on the loop's side thread: returns at once (after storing obs); the next call waits for it. Needs a sampler and a net without Python layers (can_act_async).
+        """
     def begin(self, params: typing.Any, rollout: typing.Any, prev_done: typing.Any, ep_return: typing.Any, ep_length: typing.Any, state: typing.Any = None, starts: typing.Any = None) -> int:
         """
         Bind one unroll: params (a Snapshot or float32 [num_params], kept pinned until end), the rollout (an rlpar.Rollout: obs [T+1, K, ...] of the net's input dtype, actions int64 [T, K] with a sampler, rewards float32, terminated / truncated / mask bool [T, K], behaviour float32 [T, K, output_size], core_state), the episodes carried (prev_done bool [K], ep_return float64 [K], ep_length int64 [K], updated in place) and a recurrent net's state float32 [K, state_size] and starts bool [K] (their pending starts are applied and the state stored in rollout.core_state). Returns the params' version (0 for an array).
         """
-    def end(self) -> tuple[list[tuple[float, int]], float]:
+    def end(self) -> tuple:
         """
-        Unbind the unroll. Returns ([(return, length) of each episode that ended], seconds spent inside this loop's calls since begin).
+        Unbind the unroll (after the act in flight). Returns ([(return, length) of each episode that ended], seconds spent inside this loop's calls since begin, waits for side-thread acts included).
         """
     def record(self, t: typing.SupportsInt | typing.SupportsIndex, obs: typing.Any, reward: typing.Any, terminated: typing.Any, truncated: typing.Any, begin: typing.SupportsInt | typing.SupportsIndex = 0, end: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
         """
@@ -408,12 +412,30 @@ class StepLoop:
         """
         record(t - 1, ...) then act(t): one call between env steps.
         """
+    def step_async(self, t: typing.SupportsInt | typing.SupportsIndex, obs: typing.Any, reward: typing.Any, terminated: typing.Any, truncated: typing.Any, begin: typing.SupportsInt | typing.SupportsIndex = 0, end: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
+        """
+        record(t - 1, ...) now, then act(t) on the side thread (act_async): for double buffering envs that step in this thread.
+        """
+    def wait(self) -> None:
+        """
+        Wait for the act in flight, if any, and raise its error. Every other call waits for it first too.
+        """
     @property
     def bound(self) -> bool:
         ...
     @property
+    def can_act_async(self) -> bool:
+        """
+        Whether act_async and step_async can run here: a sampler, and a net without Python layers.
+        """
+    @property
     def num_envs(self) -> int:
         ...
+    @property
+    def side_counts(self) -> tuple:
+        """
+        (acts submitted to the side thread, acts of those the calling thread ran itself because the side thread had not started them)
+        """
 def _stop_releasing_gil(timeout_s: typing.SupportsFloat | typing.SupportsIndex = 5.0) -> None:
     ...
 def actor_critic_loss(out: typing.Any, behaviour: typing.Any, actions: typing.Any, rewards: typing.Any, terminated: typing.Any, truncated: typing.Any, mask: typing.Any, *, policy: str, policy_begin: typing.SupportsInt | typing.SupportsIndex, num_actions: typing.SupportsInt | typing.SupportsIndex, log_std_begin: typing.SupportsInt | typing.SupportsIndex, value_col: typing.SupportsInt | typing.SupportsIndex, gamma: typing.SupportsFloat | typing.SupportsIndex, importance_weighting: bool, rho_bar: typing.SupportsFloat | typing.SupportsIndex, c_bar: typing.SupportsFloat | typing.SupportsIndex, pg_rho_bar: typing.SupportsFloat | typing.SupportsIndex, value_coef: typing.SupportsFloat | typing.SupportsIndex, entropy_coef: typing.SupportsFloat | typing.SupportsIndex) -> tuple[numpy.typing.NDArray[numpy.float32], dict]:

@@ -210,7 +210,10 @@ class EnvConfig:
     divisor of envs_per_actor."""
     double_buffer: bool = False
     """Split each actor's envs into two halves and run inference on one half while the other
-    steps (with "async", "ale" or "envpool"; envs_per_actor must be even)."""
+    steps (envs_per_actor must be even). With "sync" the actor thread steps one half while
+    the other half's forward and sampling run on a thread of its own without the GIL (an
+    agent that samples natively; else the halves take turns): it pays where the forward is
+    a large share of an actor's time (a conv policy, MinAtar), not for a small MLP."""
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -227,12 +230,6 @@ class EnvConfig:
             "workers_per_actor",
             "None or an integer >= 1",
             self.workers_per_actor,
-        )
-        _check(
-            not (self.double_buffer and self.vectorization == "sync"),
-            "double_buffer",
-            'false with vectorization "sync" (nothing steps while the actor infers)',
-            self.double_buffer,
         )
 
 

@@ -187,6 +187,10 @@ def test_bench_runtime_and_envs_json(tmp_path) -> None:
         assert m["env_steps_per_s"]["1"] > 0 and m["with_learner"]["1"] > 0
         assert m["env_only_steps_per_s"] > 0 and 0 < m["ratios"]["one_actor_vs_env_only"]
         assert set(m["gil"]) == {"1_actor", "1_actor_with_learner"}
+        split = m["double_buffer"]
+        assert split["env_steps_per_s"]["1"] > 0 and split["with_learner"]["1"] > 0
+        assert all(0 <= v <= 1 for v in split["side_unroll_share"].values())
+        assert split["side_unroll_share"]["1"] > 0  # the first unrolls probe the side thread
     else:
         assert "minatar_breakout" not in r
     cases = ("1_actor", "2_actors", "1_actor_with_learner", "2_actors_with_learner",

@@ -36,6 +36,7 @@ MODES: dict[str, tuple[dict[str, object], str, str | None]] = {
         "CartPole-v1",
         None,
     ),
+    "sync-double-buffer": ({"vectorization": "sync", "double_buffer": True}, "CartPole-v1", None),
     "native": ({"vectorization": "sync"}, "rlpar/CartPole-v1", None),
     "ale": ({"vectorization": "ale"}, "ALE/Pong-v5", "ale_py"),
     "ale-double-buffer": ({"vectorization": "ale", "double_buffer": True}, "ALE/Pong-v5", "ale_py"),
@@ -190,7 +191,7 @@ def train_evaluate_resume(config: Path) -> None:
 @pytest.mark.parametrize(
     ("keys", "match"),
     [
-        ({"vectorization": "sync", "double_buffer": True}, "env.double_buffer"),
+        ({"vectorization": "threads"}, "env.vectorization"),
         ({"vectorization": "async", "workers_per_actor": 0}, "env.workers_per_actor"),
     ],
 )

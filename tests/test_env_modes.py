@@ -87,7 +87,8 @@ def deterministic_run(env: EnvConfig) -> tuple[np.ndarray, list]:
     "modes",
     [{"vectorization": "async", "workers_per_actor": 2},
      {"vectorization": "async", "workers_per_actor": 4},
-     {"vectorization": "async", "workers_per_actor": 2, "double_buffer": True}],
+     {"vectorization": "async", "workers_per_actor": 2, "double_buffer": True},
+     {"double_buffer": True}],
 )  # fmt: skip
 def test_async_modes_train_exactly_like_sync(modes) -> None:
     before = child_processes()
@@ -113,6 +114,47 @@ def test_double_buffering_carries_a_recurrent_state_like_sync() -> None:
     split = run(EnvConfig("rlpar-test/Walk-v0", vectorization="async", workers_per_actor=2,
                           double_buffer=True))  # fmt: skip
     np.testing.assert_array_equal(split, sync)
+
+
+@pytest.mark.parametrize("lstm", [False, True], ids=["mlp", "lstm"])
+def test_sync_double_buffering_acts_on_the_side_thread_like_in_turn(
+    lstm: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "sync" + double buffering with a native sampler: each half steps in the actor thread
+    while the other half's act runs on the step loop's side thread; the run trains exactly
+    as with the halves' acts made in turn (`_unroll_double_buffered`), and with an LSTM (whose
+    forward gives each row what it gives the whole batch) exactly as "sync"."""
+    from rlpar.runtime.actor import Actor
+
+    config = {"net": {"hidden": [16], "lstm": 8}} if lstm else {}
+    env = EnvConfig("rlpar-test/Walk-v0", double_buffer=True)
+
+    def run(env: EnvConfig) -> tuple[np.ndarray, list, list[bool]]:
+        runner = Runner(rlpar.make_agent("impala", config), env, runtime(total_env_steps=600))
+        runner.run()
+        sides = [a.side_choice is not None and a.stats.side_unrolls > 0 for a in runner.actors]
+        return runner.state.params.copy(), runner.episodes.recent(10_000), sides
+
+    side, side_episodes, sides = run(env)
+    assert sides == [True, True]
+    with monkeypatch.context() as m:
+        m.setattr(Actor, "_unroll_side_acts", Actor._unroll_double_buffered)
+        turns, turn_episodes, _ = run(env)
+    np.testing.assert_array_equal(side, turns)
+    assert [e[:2] for e in side_episodes] == [e[:2] for e in turn_episodes]
+    if lstm:
+        np.testing.assert_array_equal(side, run(EnvConfig("rlpar-test/Walk-v0"))[0])
+
+
+def test_an_env_that_raises_under_sync_double_buffering_stops_the_run() -> None:
+    """The env raises while the other half's act runs on the side thread: the run stops with
+    the env's error, as "sync" does."""
+    env = EnvConfig("rlpar-test/Walk-v0", kwargs={"explode_at": 40}, double_buffer=True)
+    runner = Runner(rlpar.make_agent("impala"), env, runtime(deterministic=False,
+                    total_env_steps=10**7, max_wall_s=60.0))  # fmt: skip
+    with pytest.raises(KeyError, match="walk env exploded") as info:
+        runner.run()
+    assert "actor-" in str(info.value.__notes__)
 
 
 def test_async_envs_step_like_sync_envs() -> None:
@@ -172,7 +214,6 @@ def test_an_env_that_cannot_be_pickled_names_the_key_and_the_fix() -> None:
 @pytest.mark.parametrize(
     ("kw", "match"),
     [({"vectorization": "threads"}, r'vectorization: expected "sync" \| "async" \| "ale"'),
-     ({"double_buffer": True}, "double_buffer: expected false with vectorization \"sync\""),
      ({"workers_per_actor": 0}, "workers_per_actor: expected None or an integer >= 1")],
 )  # fmt: skip
 def test_bad_env_mode_keys_are_named(kw, match) -> None:
@@ -365,3 +406,29 @@ def test_async_envs_take_an_int_seed_as_env_i_seeded_seed_plus_i(double_buffer) 
     sync.close()
     np.testing.assert_array_equal(by_int, by_list)
     np.testing.assert_array_equal(by_int, want)
+
+
+def test_the_side_choice_probes_both_ways_and_keeps_the_faster() -> None:
+    """`_SideChoice`: blocks of `SIDE_PROBE_UNROLLS` unrolls side, in turn, in turn, side, each
+    timed from its first unroll's start to the next block's; then `SIDE_KEEP_UNROLLS` unrolls
+    the way that took less time, then a new probe."""
+    from rlpar.runtime.actor import SIDE_KEEP_UNROLLS, SIDE_PROBE_UNROLLS, _SideChoice
+
+    def probe(choice: _SideChoice, now: float, side_s: float, turn_s: float) -> tuple[list, float]:
+        ways = []
+        for _ in range(4 * SIDE_PROBE_UNROLLS):
+            way = choice.next(now)
+            ways.append(way)
+            now += side_s if way else turn_s
+        return ways, now
+
+    choice = _SideChoice()
+    p = SIDE_PROBE_UNROLLS
+    ways, now = probe(choice, 0.0, side_s=1.0, turn_s=2.0)
+    assert ways == [True] * p + [False] * 2 * p + [True] * p
+    kept = [choice.next(now + i) for i in range(SIDE_KEEP_UNROLLS)]
+    assert kept == [True] * SIDE_KEEP_UNROLLS  # the side thread was faster
+    ways, now = probe(choice, 1e6, side_s=3.0, turn_s=2.0)  # the next probe
+    assert ways == [True] * p + [False] * 2 * p + [True] * p
+    assert [choice.next(now + i) for i in range(SIDE_KEEP_UNROLLS)] == [False] * SIDE_KEEP_UNROLLS
+    assert choice.next(2e6) is True  # and probes again

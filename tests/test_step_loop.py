@@ -325,3 +325,113 @@ def test_loops_of_many_threads_share_one_net() -> None:
     for a, b in zip(alone, got, strict=True):
         assert b is not None
         assert_same_rollout(a, b)
+
+
+def side_unroll(loop, params, envs, c: Carry, r: Rollout, side: bool) -> list[tuple[float, int]]:
+    """Double buffering over two halves of ``envs`` (each a vector env of K / 2) as the
+    runtime's `_unroll_side_acts` runs it: each half steps while the other half's act runs on
+    the loop's side thread (``side``), or with every act synchronous."""
+    h = K // 2
+    halves = [((0, h), envs[0]), ((h, K), envs[1])]
+    loop.begin(params, r, c.prev_done, c.ep_return, c.ep_length)
+    loop.act(0, c.obs[:h], 0, h)
+    (loop.act_async if side else loop.act)(0, c.obs[h:], h, K)
+    obs = []
+    for t in range(T):
+        obs.clear()
+        for (b, e), half in halves:
+            o, reward, terminated, truncated, _ = half.step(r.actions[t, b:e])
+            obs.append(o)
+            if t + 1 < T:
+                (loop.step_async if side else loop.step)(t + 1, o, reward, terminated,
+                                                          truncated, b, e)  # fmt: skip
+            else:
+                loop.record(t, o, reward, terminated, truncated, b, e)
+    c.obs = np.concatenate(obs)
+    ends, seconds = loop.end()
+    assert seconds > 0
+    return ends
+
+
+def half_cartpoles(seed: int) -> list[gym.vector.VectorEnv]:
+    """Two vector envs of K / 2 CartPoles, seeded as one vector env of K would be."""
+    halves = []
+    for i in range(2):
+        envs = gym.vector.SyncVectorEnv(
+            [lambda: gym.make("CartPole-v1", max_episode_steps=14)] * (K // 2)
+        )
+        envs.reset(seed=[seed + i * K // 2 + j for j in range(K // 2)])
+        halves.append(envs)
+    return halves
+
+
+def test_acts_on_the_side_thread_write_what_acts_in_turn_write() -> None:
+    """`act_async` / `step_async` (the forward and the draw of one half on the loop's side
+    thread while the other half steps) write the same rollouts and episodes as the same calls
+    made synchronously, unroll after unroll."""
+    net = make_net()
+    params = net.init_params(3)
+    got = {}
+    for side in (False, True):
+        loop = _native.StepLoop(net, K, _native.CategoricalSampler(5))
+        assert loop.can_act_async
+        envs = half_cartpoles(0)
+        c = Carry(gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * K), net, 0)
+        c.obs = np.concatenate([e.reset(seed=[i * K // 2 + j for j in range(K // 2)])[0]
+                                for i, e in enumerate(envs)])  # fmt: skip
+        rollouts, ends = [], []
+        for _ in range(4):
+            r = new_rollout(net)
+            ends += side_unroll(loop, params, envs, c, r, side)
+            rollouts.append(r)
+        got[side] = rollouts, ends
+    for a, b in zip(got[False][0], got[True][0], strict=True):
+        assert_same_rollout(a, b)
+    assert got[False][1] == got[True][1] and len(got[True][1]) > 3
+
+
+def test_side_acts_need_a_sampler_and_a_native_net_and_wait_before_every_call() -> None:
+    net = make_net()
+    params = net.init_params(0)
+    c = Carry(cartpoles(0), net, 0)
+    no_sampler = _native.StepLoop(net, K)
+    assert not no_sampler.can_act_async
+    no_sampler.begin(params, new_rollout(net), c.prev_done, c.ep_return, c.ep_length)
+    with pytest.raises(ValueError, match="only with a native sampler and a net without Python"):
+        no_sampler.act_async(0, c.obs)
+    no_sampler.end()
+    python_layer = rlpar.Net(NetSpec((4,), [Reenter(), Linear(4)], [Categorical(2)]))
+    assert not _native.StepLoop(python_layer, K, _native.CategoricalSampler(1)).can_act_async
+    loop = _native.StepLoop(net, K, _native.CategoricalSampler(1))
+    with pytest.raises(ValueError, match="no unroll is bound: call begin"):
+        loop.act_async(0, c.obs)
+    r = new_rollout(net)
+    loop.begin(params, r, c.prev_done, c.ep_return, c.ep_length)
+    with pytest.raises(ValueError, match=r"act_async: t must be in \[0, 24\], got 25"):
+        loop.act_async(T, c.obs)
+    loop.act_async(0, c.obs)
+    loop.wait()  # the act is done: its actions are there
+    first = r.actions[0].copy()
+    assert np.all((first == 0) | (first == 1))
+    with pytest.raises(ValueError, match=r"step_async: t must be in \[1, 24\], got 0"):
+        loop.step_async(0, c.obs, np.zeros(K), np.zeros(K, bool), np.zeros(K, bool))
+    loop.step_async(1, c.obs, np.zeros(K), np.zeros(K, bool), np.zeros(K, bool))
+    loop.end()  # waits for the act in flight before it lets go of the arrays
+    assert r.behaviour[1].any()
+
+
+def test_a_diverged_net_raises_from_the_side_thread_at_the_next_call() -> None:
+    net = make_net()
+    params = net.init_params(0)
+    params[:] = np.nan
+    c = Carry(cartpoles(0), net, 0)
+    loop = _native.StepLoop(net, K, _native.CategoricalSampler(1))
+    loop.begin(params, new_rollout(net), c.prev_done, c.ep_return, c.ep_length)
+    loop.act_async(0, c.obs)
+    with pytest.raises(ValueError, match="hold NaN or \\+inf: cannot sample an action"):
+        loop.wait()
+    loop.wait()  # raised once
+    loop.act_async(0, c.obs)
+    with pytest.raises(ValueError, match="hold NaN or \\+inf"):
+        loop.end()  # end raises it too, and unbinds
+    assert not loop.bound

@@ -6,6 +6,13 @@
 // episodes, stores obs[t], runs the forward (GIL released when its work is above the threshold,
 // gil.h) and, with a sampler, draws actions[t]. What the runtime's Python did between two env
 // steps in a dozen numpy calls is now one native call.
+//
+// Double buffering for envs that step in the actor's own thread ("sync"): `act_async` and
+// `step_async` run the forward and the draw of one half of the envs on the loop's side thread
+// (rlpar/side_worker.h, without the GIL) and return at once, so the actor steps the other half
+// meanwhile. Every call first waits for the act in flight (the GIL released while it waits),
+// so acts run one at a time, in the order they were asked for: the same draws in the same
+// order as the synchronous calls.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -23,6 +30,7 @@
 #include "convert.h"
 #include "gil.h"
 #include "rlpar/net.h"
+#include "rlpar/side_worker.h"
 #include "rlpar/unroll.h"
 #include "snapshot_py.h"
 
@@ -82,6 +90,7 @@ class StepLoop {
                  py::handle ep_return, py::handle ep_length, py::handle state,
                  py::handle starts) {
     Busy busy(this);
+    finish_pending();
     if (bound_) throw py::value_error("begin: the previous unroll was not ended (call end())");
     params_ = params_ref(*net_, params);
     const Net& net = *net_;
@@ -151,12 +160,18 @@ class StepLoop {
 
   // Stores obs as obs[t, begin:end] (None: already there) and acts step t on those envs.
   void act(int64_t t, py::handle obs, int64_t begin, int64_t end) {
+    act_impl(t, obs, begin, end, false);
+  }
+
+  void act_impl(int64_t t, py::handle obs, int64_t begin, int64_t end, bool side) {
     Busy busy(this);
     const int64_t t0 = now_ns();
+    finish_pending();
     const auto [b, e] = cols(begin, end);
-    check_step(t, steps_ - 1, "act");
+    check_step(t, steps_ - 1, side ? "act_async" : "act");
+    if (side) check_side();
     if (!obs.is_none()) store_obs(t, b, e, obs);
-    run_act(t, b, e);
+    side ? submit_act(t, b, e) : run_act(t, b, e);
     busy_ns_ += now_ns() - t0;
   }
 
@@ -165,43 +180,86 @@ class StepLoop {
               py::handle truncated, int64_t begin, int64_t end) {
     Busy busy(this);
     const int64_t t0 = now_ns();
+    finish_pending();
     const auto [b, e] = cols(begin, end);
     check_step(t, steps_ - 1, "record");
     run_record(t, b, e, obs, reward, terminated, truncated);
     busy_ns_ += now_ns() - t0;
   }
 
-  // record(t - 1, ...) then act(t): one call between two env steps.
+  // record(t - 1, ...) then act(t): one call between two env steps; with `side`, the act runs
+  // on the side thread and the call returns at once.
   void step(int64_t t, py::handle obs, py::handle reward, py::handle terminated,
             py::handle truncated, int64_t begin, int64_t end) {
+    step_impl(t, obs, reward, terminated, truncated, begin, end, false);
+  }
+
+  void step_impl(int64_t t, py::handle obs, py::handle reward, py::handle terminated,
+                 py::handle truncated, int64_t begin, int64_t end, bool side) {
     Busy busy(this);
     const int64_t t0 = now_ns();
+    finish_pending();
     const auto [b, e] = cols(begin, end);
+    const char* what = side ? "step_async" : "step";
     if (t < 1 || t >= steps_) {
-      throw py::value_error("step: t must be in [1, " + std::to_string(steps_ - 1) + "], got " +
-                            std::to_string(t) + " (act(0, obs) starts an unroll)");
+      throw py::value_error(std::string(what) + ": t must be in [1, " +
+                            std::to_string(steps_ - 1) + "], got " + std::to_string(t) +
+                            " (act(0, obs) starts an unroll)");
     }
+    if (side) check_side();
     run_record(t - 1, b, e, obs, reward, terminated, truncated);
-    run_act(t, b, e);
+    side ? submit_act(t, b, e) : run_act(t, b, e);
     busy_ns_ += now_ns() - t0;
   }
+
+  void act_async(int64_t t, py::handle obs, int64_t begin, int64_t end) {
+    act_impl(t, obs, begin, end, true);
+  }
+
+  void step_async(int64_t t, py::handle obs, py::handle reward, py::handle terminated,
+                  py::handle truncated, int64_t begin, int64_t end) {
+    step_impl(t, obs, reward, terminated, truncated, begin, end, true);
+  }
+
+  // Waits for the act in flight, if any (and raises its error).
+  void wait() {
+    Busy busy(this);
+    const int64_t t0 = now_ns();
+    finish_pending();
+    busy_ns_ += now_ns() - t0;
+  }
+
+  // Whether acts can run on the side thread: a native sampler draws the actions, and the net
+  // has no Python layer.
+  bool can_act_async() const { return sampler_ != nullptr && !net_->has_external(); }
 
   // Unbinds the unroll (releases the arrays and the pin). Returns ([(return, length) of each
   // episode that ended, in step then env order], seconds spent in this loop's calls).
   py::tuple end() {
     Busy busy(this);
+    {
+      const int64_t t0 = now_ns();
+      try {
+        finish_pending();
+      } catch (...) {
+        busy_ns_ += now_ns() - t0;
+        unbind();
+        throw;
+      }
+      busy_ns_ += now_ns() - t0;
+    }
     py::list episodes;
     for (const auto& x : ends_) episodes.append(py::make_tuple(x.ret, x.length));
     const double seconds = static_cast<double>(busy_ns_) * 1e-9;
-    ends_.clear();
-    keep_.clear();
-    packed_.reset();
-    params_ = ParamsRef{};
-    bound_ = false;
+    unbind();
     return py::make_tuple(episodes, seconds);
   }
 
   bool bound() const { return bound_; }
+  py::tuple side_counts() const {
+    if (!side_) return py::make_tuple(0, 0);
+    return py::make_tuple(side_->submitted(), side_->stolen());
+  }
   int64_t num_envs() const { return k_; }
 
  private:
@@ -215,6 +273,47 @@ class StepLoop {
     ~Busy() { self->busy_.store(false, std::memory_order_release); }
     StepLoop* self;
   };
+
+  void unbind() {
+    ends_.clear();
+    keep_.clear();
+    packed_.reset();
+    params_ = ParamsRef{};
+    bound_ = false;
+  }
+
+  void check_side() const {
+    if (!can_act_async()) {
+      throw py::value_error("act_async / step_async: acts run on the side thread only with a "
+                            "native sampler and a net without Python layers");
+    }
+  }
+
+  // Runs act_rows for step t on envs [b, e) on the side thread. The arrays, the pinned
+  // parameters and the packed weights stay bound until end(), which waits for it first.
+  void submit_act(int64_t t, int64_t b, int64_t e) {
+    const Net& net = *net_;
+    if (!packed_) packed_ = net.core_weights(params_.data, params_.owner(), params_.version, true);
+    if (!side_) side_ = std::make_unique<rlpar::SideWorker>();
+    const float* params = params_.data;
+    const rlpar::PackedCore* packed = packed_.get();
+    side_->submit([this, &net, params, packed, t, b, e] {
+      rlpar::act_rows(net, params, a_, k_, t, b, e, sampler_, logits_, packed);
+    });
+    in_flight_ = true;
+  }
+
+  // Waits for the act in flight (the GIL released while it runs on) and raises its error.
+  void finish_pending() {
+    if (!in_flight_) return;
+    in_flight_ = false;
+    if (side_->pending()) {
+      CallScope scope(true, false);
+      side_->wait();
+    } else {
+      side_->wait();
+    }
+  }
 
   std::pair<int64_t, int64_t> cols(int64_t begin, int64_t end) const {
     if (!bound_) throw py::value_error("no unroll is bound: call begin() first");
@@ -294,6 +393,10 @@ class StepLoop {
   std::vector<rlpar::EpisodeEnd> ends_;
   int64_t busy_ns_ = 0;
   std::atomic<bool> busy_{false};
+  bool in_flight_ = false;  // an act submitted to side_ and not waited for
+  // Last, so that it is destroyed first: its destructor waits for an act in flight, which uses
+  // the members above.
+  std::unique_ptr<rlpar::SideWorker> side_;
 };
 
 }  // namespace
@@ -332,9 +435,29 @@ void bind_step_loop(py::module_& m) {
       .def("step", &StepLoop::step, py::arg("t"), py::arg("obs"), py::arg("reward"),
            py::arg("terminated"), py::arg("truncated"), py::arg("begin") = 0,
            py::arg("end") = -1, "record(t - 1, ...) then act(t): one call between env steps.")
+      .def("act_async", &StepLoop::act_async, py::arg("t"), py::arg("obs") = py::none(),
+           py::arg("begin") = 0, py::arg("end") = -1,
+           "act, with the forward and the draw on the loop's side thread: returns at once "
+           "(after storing obs); the next call waits for it. Needs a sampler and a net without "
+           "Python layers (can_act_async).")
+      .def("step_async", &StepLoop::step_async, py::arg("t"), py::arg("obs"),
+           py::arg("reward"), py::arg("terminated"), py::arg("truncated"), py::arg("begin") = 0,
+           py::arg("end") = -1,
+           "record(t - 1, ...) now, then act(t) on the side thread (act_async): for double "
+           "buffering envs that step in this thread.")
+      .def("wait", &StepLoop::wait,
+           "Wait for the act in flight, if any, and raise its error. Every other call waits "
+           "for it first too.")
+      .def_property_readonly("can_act_async", &StepLoop::can_act_async,
+                             "Whether act_async and step_async can run here: a sampler, and a "
+                             "net without Python layers.")
       .def("end", &StepLoop::end,
-           "Unbind the unroll. Returns ([(return, length) of each episode that ended], "
-           "seconds spent inside this loop's calls since begin).")
+           "Unbind the unroll (after the act in flight). Returns ([(return, length) of each "
+           "episode that ended], seconds spent inside this loop's calls since begin, waits for "
+           "side-thread acts included).")
+      .def_property_readonly("side_counts", &StepLoop::side_counts,
+                             "(acts submitted to the side thread, acts of those the calling "
+                             "thread ran itself because the side thread had not started them)")
       .def_property_readonly("bound", &StepLoop::bound)
       .def_property_readonly("num_envs", &StepLoop::num_envs);
 }

@@ -116,7 +116,8 @@ _BENCHES = (
         "gymnasium CartPole-v1 with the IMPALA mlp policy: env steps/s with 1 and 2 actor "
         "threads, the learner idle (in its native loop, and taking batches in Python) and busy "
         "training, beside one thread stepping the same vector env alone; MinAtar Breakout "
-        '"sync" with a conv policy the same way where MinAtar is installed. Takes about 90 s.',
+        '"sync" with a conv policy the same way, and with double buffering, where MinAtar is '
+        "installed. Takes about 2 minutes.",
         "runtime:bench_runtime",
     ),
     _Bench(

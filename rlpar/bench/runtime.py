@@ -11,6 +11,7 @@ own GIL-held time, fused into one native call and as separate calls (`rlpar.benc
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -65,6 +66,7 @@ class _IdleLearner(Agent):
 #: `bench_runtime`'s MinAtar case (where MinAtar is installed): Breakout with its minimal action
 #: set, "sync", the MinAtar suite's conv torso and unroll
 MINATAR = EnvConfig("MinAtar/Breakout-v1", setup="minatar.gym:register_envs")
+MINATAR_SPLIT = dataclasses.replace(MINATAR, double_buffer=True)
 MINATAR_NET: dict[str, Any] = {"conv": [[16, 3, 1]], "conv_hidden": 128}
 MINATAR_UNROLL = 20
 
@@ -89,7 +91,8 @@ def runtime_measure(
     shares (`Progress.gil`): "actor_held", "actor_wait", "actor_native" (all actors together),
     "learner_held", and "ceiling" (actor threads the GIL could serve at these shares; 0 when
     unbounded); and the run's "wall_s", "rollouts" (all actors') and "learner_steps", to turn
-    the shares into times."""
+    the shares into times, and "side_unrolls" (of the rollouts, those acted on the step loops'
+    side threads: "sync" double buffering)."""
     config: dict[str, Any] = {"optim": {"lr": 0.003}}
     if net is not None:
         config["net"] = net
@@ -119,6 +122,7 @@ def runtime_measure(
         "ceiling": gil["actor_ceiling"] or 0.0,
         "wall_s": result.wall_s,
         "rollouts": float(sum(a.stats.rollouts for a in runner.actors)),
+        "side_unrolls": float(sum(a.stats.side_unrolls for a in runner.actors)),
         "learner_steps": float(result.learner_steps),
     }
 
@@ -146,8 +150,8 @@ def env_only_rate(seconds: float, num_envs: int, env_id: str | EnvConfig = "Cart
 def bench_runtime(quick: bool = False) -> dict[str, Any]:
     """``{"env_steps_per_s": {"1": .., "2": ..}, "with_learner": {"1": .., "2": ..},
     "python_take_learner": {"1": ..} (the idle learner taking batches in Python),
-    "minatar_breakout": one actor on MinAtar Breakout "sync" against its env-only rate, where
-    MinAtar is installed,
+    "minatar_breakout": one actor on MinAtar Breakout "sync" against its env-only rate, and
+    the same with double buffering ("double_buffer"), where MinAtar is installed,
     "env_only_steps_per_s": one thread stepping the same vector env, "ratios": {...},
     "gil": {configuration: GIL shares and the predicted actor ceiling}, "learner_step":
     {agent: the learner step's GIL-held time, fused and separate}}``."""
@@ -165,9 +169,10 @@ def bench_runtime(quick: bool = False) -> dict[str, Any]:
     minatar = import_optional("minatar") is not None
     if minatar:
         for busy in (False, True):
-            configs["minatar", busy] = lambda b=busy: runtime_measure(
-                1, b, seconds, envs_per_actor, MINATAR, MINATAR_UNROLL, net=MINATAR_NET
-            )
+            for key, env in (("minatar", MINATAR), ("minatar_double_buffer", MINATAR_SPLIT)):
+                configs[key, busy] = lambda b=busy, e=env: runtime_measure(
+                    1, b, seconds, envs_per_actor, e, MINATAR_UNROLL, net=MINATAR_NET
+                )
         configs["minatar_env_only"] = lambda: env_only_rate(seconds / 2, envs_per_actor, MINATAR)
     med = medians(configs, repeats)
     rate = {key: m["rate"] for key, m in med.items() if isinstance(m, dict)}
@@ -212,6 +217,27 @@ def bench_runtime(quick: bool = False) -> dict[str, Any]:
             },
             "setup": f"{MINATAR.id} sync x{envs_per_actor}, T = {MINATAR_UNROLL}, conv 16x3x3 "
             "-> 128, categorical + value",
+        }
+        split = {busy: med["minatar_double_buffer", busy] for busy in (False, True)}
+        out["minatar_breakout"]["double_buffer"] = {
+            "env_steps_per_s": {"1": round(split[False]["rate"])},
+            "with_learner": {"1": round(split[True]["rate"])},
+            "ratios": {
+                "one_actor_vs_env_only": round(split[False]["rate"] / only, 3),
+                "one_actor_with_learner_vs_env_only": round(split[True]["rate"] / only, 3),
+                "vs_sync": round(split[False]["rate"] / rate["minatar", False], 3),
+                "with_learner_vs_sync": round(split[True]["rate"] / rate["minatar", True], 3),
+            },
+            "side_unroll_share": {
+                "1": round(split[False]["side_unrolls"] / split[False]["rollouts"], 3),
+                "1_with_learner": round(split[True]["side_unrolls"] / split[True]["rollouts"], 3),
+            },
+            "gil": {
+                f"1_actor{'_with_learner' if busy else ''}": {
+                    k: round(v, 3) for k, v in split[busy].items() if k in _GIL_KEYS
+                }
+                for busy in (False, True)
+            },
         }
     out["learner_step"] = bench_learner_step(quick)
     out["setup"] = {

@@ -7,7 +7,8 @@ One unroll path per kind of env: native envs run the whole unroll in one GIL-fre
 loop that makes one native call between two env steps (`_unroll_stepped`, `_native.StepLoop`:
 the step written into the rollout, the episodes carried, the forward and the native sampling);
 split envs (`SplitEnvs`, double buffering) step one half while the actor infers on the other
-(`_unroll_double_buffered`, the same loop over column ranges).
+(`_unroll_double_buffered`, the same loop over column ranges); "sync" halves step in the actor
+thread while the other half's forward runs on the step loop's side thread (`_unroll_side_acts`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from rlpar.runtime.common import (
     queue_get,
     queue_put,
 )
-from rlpar.runtime.env_modes import SplitEnvs
+from rlpar.runtime.env_modes import SplitEnvs, SyncHalf
 from rlpar.runtime.envs import (
     ActionAdapter,
     env_seeds,
@@ -56,6 +57,50 @@ log = logging.getLogger("rlpar")
 #: between two, the actor looks at the stop flag and logs the episodes that ended. The Python
 #: between two calls (~60 us) is 0.6 % of it.
 NATIVE_LOOP_S = 0.01
+
+
+#: "sync" double buffering (`Actor._unroll_side_acts`) pays only where a core is free for the
+#: step loop's side thread: beside a busy learner on 2 cores the side thread takes the learner's
+#: core time, and the actor then waits longer for its free buffers. So such an actor times
+#: blocks of `SIDE_PROBE_UNROLLS` unrolls both ways (the acts on the side thread, or the halves'
+#: acts in turn in its own thread: the same rollouts either way), from the start of a block to
+#: the start of the next (the hand-offs and the waits for free buffers included), in the order
+#: side, in turn, in turn, side; then runs the next `SIDE_KEEP_UNROLLS` unrolls the way that
+#: took less time, and measures again.
+SIDE_PROBE_UNROLLS = 8
+SIDE_KEEP_UNROLLS = 256
+_SIDE_PROBE_ORDER = (True, False, False, True)
+
+
+class _SideChoice:
+    """Whether an actor's next unroll runs its acts on the side thread (see
+    `SIDE_PROBE_UNROLLS`)."""
+
+    def __init__(self) -> None:
+        self.keep = 0  # unrolls left to run the chosen way
+        self.side = True
+        self.phase = 0  # the probe's block
+        self.count = 0  # unrolls begun in it
+        self.start: float | None = None  # when it began
+        self.spent = {True: 0.0, False: 0.0}
+
+    def next(self, now: float) -> bool:
+        """The way of the unroll that begins at ``now`` (seconds, `time.perf_counter`)."""
+        if self.keep:
+            self.keep -= 1
+            return self.side
+        if self.start is not None and self.count == SIDE_PROBE_UNROLLS:
+            self.spent[_SIDE_PROBE_ORDER[self.phase]] += now - self.start
+            self.phase, self.count, self.start = self.phase + 1, 0, None
+            if self.phase == len(_SIDE_PROBE_ORDER):
+                self.side = self.spent[True] <= self.spent[False]
+                self.phase, self.spent = 0, {True: 0.0, False: 0.0}
+                self.keep = SIDE_KEEP_UNROLLS - 1
+                return self.side
+        if self.start is None:
+            self.start = now
+        self.count += 1
+        return _SIDE_PROBE_ORDER[self.phase]
 
 
 class _RideAlong:
@@ -109,6 +154,16 @@ class Actor:
         self.sampler = _native_sampler(index, agent, net, seed)
         self.fused = self.sampler is not None and _can_fuse(index, envs, net)
         self.loop = None if self.fused else _native.StepLoop(net, envs.num_envs, self.sampler)
+        #: "sync" double buffering that can act on the step loop's side thread: which way the
+        #: next unroll goes (else None)
+        self.side_choice = (
+            _SideChoice()
+            if self.loop is not None
+            and self.loop.can_act_async
+            and isinstance(envs, SplitEnvs)
+            and all(isinstance(h, SyncHalf) for h in envs.halves)
+            else None
+        )
         try:
             # one seed per env where the vector env takes them (gymnasium types it int)
             obs, _ = envs.reset(seed=env_seeds(envs, seed, index, generation))  # type: ignore[arg-type]
@@ -258,6 +313,12 @@ class Actor:
         """Fill ``r`` with T steps, all acted with one pinned parameter version."""
         if self.fused:
             self._unroll_fused(r, episodes)
+        elif self.side_choice is not None:
+            if self.side_choice.next(time.perf_counter()):
+                self._unroll_side_acts(r, episodes)
+                self.stats.side_unrolls += 1
+            else:
+                self._unroll_double_buffered(r, episodes)
         elif isinstance(self.envs, SplitEnvs):
             self._unroll_double_buffered(r, episodes)
         else:
@@ -357,6 +418,45 @@ class Actor:
         episodes.add_many(ends)
         self.carry.unroll_done(r)
         self.stats.inference_s += native_s + act_s
+        self.stats.env_s += env_s
+
+    def _unroll_side_acts(self, r: Rollout, episodes: EpisodeSink) -> None:
+        """Double buffering for envs that step in this thread (`SyncHalf`): each half steps
+        while the other half's forward and draw run on the step loop's side thread
+        (`_native.StepLoop.step_async`, without the GIL). Every loop call first waits for the
+        act in flight, so acts run in `_unroll_double_buffered`'s order: the same rollout."""
+        loop, to_env = self.loop, self.actions.to_env
+        assert loop is not None and isinstance(self.envs, SplitEnvs)
+        halves = [
+            (cols, cols.start, cols.stop, cast(SyncHalf, half).envs)
+            for cols, half in zip(self.envs.cols, self.envs.halves, strict=True)
+        ]
+        clock = time.perf_counter
+        steps = r.rewards.shape[0]
+        env_s = 0.0
+        obs0 = self.carry.obs
+        with self.store.pin() as snap:
+            r.version = self.carry.begin(loop, snap, r)
+            try:
+                (first, b0, e0, _), (second, b1, e1, _) = halves
+                loop.act(0, obs0[first], b0, e0)
+                loop.act_async(0, obs0[second], b1, e1)
+                for t in range(steps):
+                    for cols, begin, end, envs in halves:
+                        # this half's actions[t]: the loop call before waited for its act
+                        actions = to_env(r.actions[t, cols])
+                        t0 = clock()
+                        obs, reward, terminated, truncated, _ = envs.step(actions)
+                        env_s += clock() - t0
+                        if t + 1 < steps:
+                            loop.step_async(t + 1, obs, reward, terminated, truncated, begin, end)
+                        else:
+                            loop.record(t, obs, reward, terminated, truncated, begin, end)
+            finally:
+                ends, native_s = loop.end()
+        episodes.add_many(ends)
+        self.carry.unroll_done(r)
+        self.stats.inference_s += native_s
         self.stats.env_s += env_s
 
     def _act(self, r: Rollout, t: int, cols: slice) -> float:

@@ -81,6 +81,9 @@ class ActorStats:
     env_s: float = 0.0
     inference_s: float = 0.0
     queue_wait_s: float = 0.0
+    side_unrolls: int = 0
+    """"sync" double buffering: unrolls whose acts of one half ran on the step loop's side
+    thread while the other half stepped (the others took turns: `SIDE_STEAL_LIMIT`)."""
     gil: GilTimes = field(default_factory=GilTimes)
     """The actor thread's GIL meter since it started, as of its last finished unroll."""
 

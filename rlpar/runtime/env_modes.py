@@ -11,7 +11,9 @@
 
 Each of them can `send` actions and `recv` the results separately; `SplitEnvs` holds two halves
 of an actor's envs so that the actor runs inference on one half while the other steps
-(`EnvConfig.double_buffer`, Sample Factory's ``worker_num_splits=2``). Every mode keeps
+(`EnvConfig.double_buffer`, Sample Factory's ``worker_num_splits=2``). A "sync" half
+(`SyncHalf`) steps in the actor's own thread; the forward of the other half then runs on the
+actor's step-loop side thread (`rlpar._native.StepLoop.step_async`). Every mode keeps
 gymnasium's NEXT_STEP autoreset (the step after an episode's end is a reset step: reward 0,
 action ignored) and takes one seed per env in `reset`.
 """
@@ -38,6 +40,7 @@ __all__ = [
     "GroupedAsyncEnvs",
     "SplitEnvs",
     "StepResult",
+    "SyncHalf",
     "gil_bound_warning",
     "per_env_seeds",
     "takes_env_seeds",
@@ -475,6 +478,44 @@ class EnvPoolEnvs(_SendRecv):
 
 
 # ------------------------------------------------------------------------ double buffering
+
+
+class SyncHalf(_SendRecv):
+    """Half of a "sync" actor's envs, for double buffering (`SplitEnvs`): `send` keeps the
+    actions and `recv` steps ``envs`` with them in the calling thread, holding the GIL as
+    "sync" does (the actor steps ``envs`` directly and overlaps the other half's forward,
+    `rlpar.runtime.actor.Actor`)."""
+
+    def __init__(self, envs: VectorEnv) -> None:
+        self.envs = envs
+        self.num_envs = envs.num_envs
+        self.single_observation_space = envs.single_observation_space
+        self.single_action_space = envs.single_action_space
+        self.observation_space = envs.observation_space
+        self.action_space = envs.action_space
+        self.metadata = envs.metadata
+        self._actions: np.ndarray | None = None
+
+    def reset(self, *, seed: Any = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        """One seed per env (`per_env_seeds`); an env vectorized natively, which draws all its
+        envs from one generator, takes the first."""
+        seeds = per_env_seeds(seed, self.num_envs)
+        given: Any = seeds if seeds is None or takes_env_seeds(self.envs) else seeds[0]
+        obs, _ = self.envs.reset(seed=given)  # gymnasium types it int; its Sync/Async take a list
+        return obs, {}
+
+    def send(self, actions: np.ndarray) -> None:
+        self._actions = actions
+
+    def recv(self) -> StepResult:
+        if self._actions is None:
+            raise RuntimeError("SyncHalf.recv: no actions were sent")
+        actions, self._actions = self._actions, None
+        obs, reward, terminated, truncated, _ = self.envs.step(actions)
+        return obs, reward, terminated, truncated
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self.envs.close()
 
 
 class SplitEnvs(VectorEnv):

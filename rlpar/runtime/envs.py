@@ -16,6 +16,7 @@ from rlpar.runtime.env_modes import (
     EnvPoolEnvs,
     GroupedAsyncEnvs,
     SplitEnvs,
+    SyncHalf,
     takes_env_seeds,
 )
 from rlpar.runtime.env_setup import run_setup
@@ -56,6 +57,8 @@ def make_actor_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
                 f"half of an actor's envs gets half of the workers), got {workers}"
             )
         return SplitEnvs(lambda n: GroupedAsyncEnvs(cfg, n, workers // 2), num_envs)
+    if cfg.double_buffer:
+        return SplitEnvs(lambda n: SyncHalf(_sync_envs(cfg, n)), num_envs)
     return _sync_envs(cfg, num_envs)
 
 
