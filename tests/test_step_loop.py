@@ -252,13 +252,19 @@ def test_bad_calls_raise_and_name_what_was_expected() -> None:
                                         c.ep_return, c.ep_length)  # fmt: skip
 
 
-def test_a_diverged_net_raises_instead_of_sampling() -> None:
+def diverged_loop() -> tuple[_native.StepLoop, Carry]:
+    """A loop with a sampler, bound to parameters that are all NaN."""
     net = make_net()
     params = net.init_params(0)
     params[:] = np.nan
     c = Carry(cartpoles(0), net, 0)
     loop = _native.StepLoop(net, K, _native.CategoricalSampler(1))
     loop.begin(params, new_rollout(net), c.prev_done, c.ep_return, c.ep_length)
+    return loop, c
+
+
+def test_a_diverged_net_raises_instead_of_sampling() -> None:
+    loop, c = diverged_loop()
     with pytest.raises(ValueError, match="hold NaN or \\+inf: cannot sample an action"):
         loop.act(0, c.obs)
     loop.end()
@@ -421,12 +427,7 @@ def test_side_acts_need_a_sampler_and_a_native_net_and_wait_before_every_call() 
 
 
 def test_a_diverged_net_raises_from_the_side_thread_at_the_next_call() -> None:
-    net = make_net()
-    params = net.init_params(0)
-    params[:] = np.nan
-    c = Carry(cartpoles(0), net, 0)
-    loop = _native.StepLoop(net, K, _native.CategoricalSampler(1))
-    loop.begin(params, new_rollout(net), c.prev_done, c.ep_return, c.ep_length)
+    loop, c = diverged_loop()
     loop.act_async(0, c.obs)
     with pytest.raises(ValueError, match="hold NaN or \\+inf: cannot sample an action"):
         loop.wait()

@@ -72,6 +72,16 @@ bool SideWorker::pending() const {
   return finished_.load(std::memory_order_acquire) != submitted_.load(std::memory_order_relaxed);
 }
 
+void SideWorker::run_task(uint64_t n) {
+  try {
+    task_();
+  } catch (...) {
+    error_ = std::current_exception();
+  }
+  task_ = nullptr;
+  finished_.store(n, std::memory_order_seq_cst);
+}
+
 void SideWorker::wait() {
   const uint64_t target = submitted_.load(std::memory_order_relaxed);
   // seq_cst loads here and in run(): the other half of each sleeping handshake (see submit)
@@ -80,13 +90,7 @@ void SideWorker::wait() {
   if (!done() && claimed_.compare_exchange_strong(unclaimed, target, std::memory_order_acq_rel)) {
     // The worker has not started it (asleep, or off its CPU): run it here.
     stolen_.fetch_add(1, std::memory_order_relaxed);
-    try {
-      task_();
-    } catch (...) {
-      error_ = std::current_exception();
-    }
-    task_ = nullptr;
-    finished_.store(target, std::memory_order_seq_cst);
+    run_task(target);
   } else if (!spin_until(done)) {
     caller_sleeping_.store(true, std::memory_order_seq_cst);
     std::unique_lock<std::mutex> lock(mu_);
@@ -118,13 +122,7 @@ void SideWorker::run() {
     if (!claimed_.compare_exchange_strong(unclaimed, done, std::memory_order_acq_rel)) {
       continue;  // the caller took it in wait() and marks it finished itself
     }
-    try {
-      task_();
-    } catch (...) {
-      error_ = std::current_exception();
-    }
-    task_ = nullptr;
-    finished_.store(done, std::memory_order_seq_cst);
+    run_task(done);
     if (caller_sleeping_.load(std::memory_order_seq_cst)) {
       { std::lock_guard<std::mutex> lock(mu_); }
       done_cv_.notify_one();

@@ -54,6 +54,8 @@ class SideWorker {
 
  private:
   void run();
+  // Runs task n (claimed by this thread), keeps its error, marks it finished.
+  void run_task(uint64_t n);
   bool spin_until(const std::function<bool()>& ready) const;
 
   const int64_t spin_ns_;
