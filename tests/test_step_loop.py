@@ -14,7 +14,7 @@ import pytest
 import rlpar
 from rlpar import _native
 from rlpar.data import Rollout
-from rlpar.nn import LSTM, Categorical, Linear, NetSpec, PyLayer, Tanh, Value
+from rlpar.nn import LSTM, Categorical, Flatten, Linear, NetSpec, PyLayer, Tanh, Value
 from rlpar.runtime.recurrent import CoreState
 
 K, T = 6, 25
@@ -436,3 +436,34 @@ def test_a_diverged_net_raises_from_the_side_thread_at_the_next_call() -> None:
     with pytest.raises(ValueError, match="hold NaN or \\+inf"):
         loop.end()  # end raises it too, and unbinds
     assert not loop.bound
+
+
+def test_the_casts_envs_give_store_what_numpy_casts_give() -> None:
+    """bool frames into a uint8 input, float64 and int64 observations into float32, float64
+    and int64 rewards, non-contiguous arrays: what ``astype`` gives, bit for bit."""
+    rng = np.random.default_rng(3)
+    frames = rlpar.Net(
+        NetSpec((3, 3, 2), [Flatten(), Linear(4)], [Categorical(2)], input_dtype="uint8")
+    )
+    vec = rlpar.Net(NetSpec((4,), [Linear(4)], [Categorical(2)]))
+    cases = [
+        (frames, rng.random((K, 3, 3, 2)) < 0.5, rng.normal(size=K)),
+        (vec, rng.normal(size=(K, 4)) * 1e3, rng.integers(-9, 9, K)),
+        (vec, rng.integers(-(2**40), 2**40, (K, 4)), rng.normal(size=K).astype(np.float32)),
+        (vec, rng.normal(size=(K, 8))[:, ::2], rng.normal(size=2 * K)[::2]),
+    ]
+    for net, obs, reward in cases:
+        r = Rollout.allocate(T, K, net.input_shape, np.dtype(np.uint8 if net is frames else
+                             np.float32), (), np.dtype(np.int64), net.output_size)  # fmt: skip
+        carry = np.zeros(K, bool), np.zeros(K, np.float64), np.zeros(K, np.int64)
+        loop = _native.StepLoop(net, K)
+        loop.begin(net.init_params(0), r, *carry)
+        loop.act(0, obs)
+        loop.record(0, obs, reward, np.zeros(K, bool), np.zeros(K, bool))
+        loop.end()
+        for t in (0, 1):
+            np.testing.assert_array_equal(r.obs[t], obs.astype(r.obs.dtype))
+        np.testing.assert_array_equal(r.rewards[0], reward.astype(np.float32))
+        raw = reward.dtype == np.float64 and reward.flags.c_contiguous  # returns from doubles
+        want = reward if raw else reward.astype(np.float32).astype(np.float64)
+        np.testing.assert_array_equal(carry[1], want)

@@ -24,6 +24,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bindings.h"
@@ -42,8 +43,19 @@ namespace {
 using rlpar::CategoricalSampler;
 using rlpar::Net;
 
+// Casts n contiguous elements of `a` (dtype S) into dst, element by element as numpy casts.
+template <typename S, typename T>
+bool cast_from(const py::array& a, T* dst, py::ssize_t n) {
+  if (!same_dtype<S>(a)) return false;
+  const S* s = static_cast<const S*>(a.data());
+  for (py::ssize_t i = 0; i < n; ++i) dst[i] = static_cast<T>(s[i]);
+  return true;
+}
+
 // Copies `src` (an array, or anything np.asarray takes) of shape `dims` into `dst` as T:
-// memcpy when it is already T and contiguous, else numpy's cast (numbers and bools only).
+// memcpy when it is already T (or bool into uint8: the same bytes) and contiguous, a loop for
+// the casts envs give every step (float64 or an integer into float32), else numpy's cast
+// (numbers and bools only).
 template <typename T>
 void copy_cast(py::handle src, T* dst, const std::vector<py::ssize_t>& dims, const char* what) {
   py::array a = as_array(src, what, true);
@@ -56,10 +68,22 @@ void copy_cast(py::handle src, T* dst, const std::vector<py::ssize_t>& dims, con
     throw py::type_error(std::string(what) + " must be numbers (" + dtype_name<T>() +
                          "), got dtype " + dtype_str(a));
   }
-  if (!(same_dtype<T>(a) && (a.flags() & py::array::c_style))) {
-    a = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(a);
-    if (!a) throw py::error_already_set();
+  const bool contiguous = (a.flags() & py::array::c_style) != 0;
+  const bool same_bytes =
+      same_dtype<T>(a) || (std::is_same_v<T, uint8_t> && same_dtype<bool>(a));
+  if (contiguous && same_bytes) {
+    std::memcpy(dst, a.data(), static_cast<size_t>(a.size()) * sizeof(T));
+    return;
   }
+  if constexpr (std::is_same_v<T, float>) {
+    const py::ssize_t n = a.size();
+    if (contiguous && (cast_from<double>(a, dst, n) || cast_from<int64_t>(a, dst, n) ||
+                       cast_from<int32_t>(a, dst, n))) {
+      return;
+    }
+  }
+  a = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(a);
+  if (!a) throw py::error_already_set();
   std::memcpy(dst, a.data(), static_cast<size_t>(a.size()) * sizeof(T));
 }
 
