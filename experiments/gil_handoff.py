@@ -4,7 +4,8 @@ process, taking turns, medians of the rounds:
     python experiments/gil_handoff.py [ROUNDS]
 
 1. The floor no runtime can go below: two Python threads that each only step their own
-   gymnasium CartPole vector env (64 envs, random actions), and two that only draw from their
+   gymnasium CartPole vector env (64 envs, random actions; and MinAtar Breakout's "sync" vector
+   env of 16 where MinAtar is installed), and two that only draw from their
    own numpy Generator (numpy releases the GIL for every draw, so a waiting thread takes it:
    one hand-off per draw), against one thread.
 2. rlpar's actor step loop (`rlpar bench envs`'s ``python_env`` and ``native_env``, 64
@@ -79,7 +80,27 @@ def floor_workloads() -> dict[str, Callable[[int], Callable[[], int]]]:
 
         return work
 
-    return {"gymnasium CartPole x64 env steps": env_steps, "numpy Generator draws": draws}
+    floors: dict[str, Callable[[int], Callable[[], int]]] = {
+        "gymnasium CartPole x64 env steps": env_steps,
+        "numpy Generator draws": draws,
+    }
+    if import_optional("minatar") is not None:
+        env = EnvConfig("MinAtar/Breakout-v1", setup="minatar.gym:register_envs")
+        breakouts = [make_actor_envs(env, 16) for _ in range(2)]
+        for e in breakouts:
+            e.reset(seed=0)
+        moves = np.random.default_rng(0).integers(0, 3, (8, 16))
+
+        def minatar_steps(i: int) -> Callable[[], int]:
+            def work() -> int:
+                for a in moves:
+                    breakouts[i].step(a)
+                return 8 * 16
+
+            return work
+
+        floors["MinAtar Breakout x16 env steps"] = minatar_steps
+    return floors
 
 
 class ConvPolicy(PolicyAgent):
@@ -87,8 +108,12 @@ class ConvPolicy(PolicyAgent):
 
     def net_spec(self, obs_space: gym.Space, action_space: gym.Space) -> rlpar.NetSpec:
         assert isinstance(action_space, gym.spaces.Discrete) and obs_space.shape is not None
-        heads = [rlpar.Categorical(int(action_space.n)), rlpar.Value()]
-        spec = rlpar.conv_spec(tuple(obs_space.shape), heads, ((16, 3, 1),), 128)
+        heads: list[rlpar.Categorical | rlpar.Value] = [
+            rlpar.Categorical(int(action_space.n)),
+            rlpar.Value(),
+        ]
+        h, w, c = obs_space.shape
+        spec = rlpar.conv_spec((h, w, c), heads, ((16, 3, 1),), 128)
         return rlpar.NetSpec(spec.input_shape, spec.layers, spec.heads, "uint8", 1.0)
 
 
