@@ -191,6 +191,9 @@ def test_bench_runtime_and_envs_json(tmp_path) -> None:
         assert split["env_steps_per_s"]["1"] > 0 and split["with_learner"]["1"] > 0
         assert all(0 <= v <= 1 for v in split["side_unroll_share"].values())
         assert split["side_unroll_share"]["1"] > 0  # the first unrolls probe the side thread
+        for case in (m, split):
+            assert set(case["actor_us_per_step"]) == {"env", "inference"}
+            assert case["actor_us_per_step"]["env"] > 0
     else:
         assert "minatar_breakout" not in r
     cases = ("1_actor", "2_actors", "1_actor_with_learner", "2_actors_with_learner",

@@ -92,7 +92,8 @@ def runtime_measure(
     "learner_held", and "ceiling" (actor threads the GIL could serve at these shares; 0 when
     unbounded); and the run's "wall_s", "rollouts" (all actors') and "learner_steps", to turn
     the shares into times, and "side_unrolls" (of the rollouts, those acted on the step loops'
-    side threads: "sync" double buffering)."""
+    side threads: "sync" double buffering); "env_s" and "inference_s", the actors' time
+    stepping envs and in their step loops' calls (`rlpar.runtime.common.ActorStats`)."""
     config: dict[str, Any] = {"optim": {"lr": 0.003}}
     if net is not None:
         config["net"] = net
@@ -123,6 +124,8 @@ def runtime_measure(
         "wall_s": result.wall_s,
         "rollouts": float(sum(a.stats.rollouts for a in runner.actors)),
         "side_unrolls": float(sum(a.stats.side_unrolls for a in runner.actors)),
+        "env_s": sum(a.stats.env_s for a in runner.actors),
+        "inference_s": sum(a.stats.inference_s for a in runner.actors),
         "learner_steps": float(result.learner_steps),
     }
 
@@ -201,6 +204,12 @@ def bench_runtime(quick: bool = False) -> dict[str, Any]:
     }
     if minatar:
         only = med["minatar_env_only"]
+
+        def per_step_us(m: dict[str, float]) -> dict[str, float]:
+            """The actor's time a step of its K envs: stepping them, and in the loop's calls."""
+            steps = m["rollouts"] * MINATAR_UNROLL
+            return {k: round(m[f"{k}_s"] / steps * 1e6, 1) for k in ("env", "inference")}
+
         out["minatar_breakout"] = {
             "env_steps_per_s": {"1": round(rate["minatar", False])},
             "with_learner": {"1": round(rate["minatar", True])},
@@ -215,6 +224,8 @@ def bench_runtime(quick: bool = False) -> dict[str, Any]:
                 }
                 for busy in (False, True)
             },
+            "actor_us_per_step": per_step_us(med["minatar", False]),
+            "env_only_us_per_step": round(envs_per_actor / only * 1e6, 1),
             "setup": f"{MINATAR.id} sync x{envs_per_actor}, T = {MINATAR_UNROLL}, conv 16x3x3 "
             "-> 128, categorical + value",
         }
@@ -228,6 +239,7 @@ def bench_runtime(quick: bool = False) -> dict[str, Any]:
                 "vs_sync": round(split[False]["rate"] / rate["minatar", False], 3),
                 "with_learner_vs_sync": round(split[True]["rate"] / rate["minatar", True], 3),
             },
+            "actor_us_per_step": per_step_us(split[False]),
             "side_unroll_share": {
                 "1": round(split[False]["side_unrolls"] / split[False]["rollouts"], 3),
                 "1_with_learner": round(split[True]["side_unrolls"] / split[True]["rollouts"], 3),
