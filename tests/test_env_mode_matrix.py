@@ -242,6 +242,8 @@ def test_the_whole_path_from_the_command_line(tmp_path: Path) -> None:
         (EnvConfig(vectorization="async", workers_per_actor=3, double_buffer=True), 6,
          "env.workers_per_actor: expected an even number"),
         (EnvConfig(vectorization="ale", double_buffer=True), 5, "runtime.envs_per_actor"),
+        (EnvConfig(double_buffer=True), 5,
+         "runtime.envs_per_actor: expected an even number with env.double_buffer"),
     ],
 )  # fmt: skip
 def test_a_layout_that_does_not_fit_the_envs_is_refused_before_any_env_starts(
