@@ -391,6 +391,10 @@ def test_acts_on_the_side_thread_write_what_acts_in_turn_write() -> None:
             ends += side_unroll(loop, params, envs, c, r, side)
             rollouts.append(r)
         got[side] = rollouts, ends
+        submitted, stolen = loop.side_counts
+        # an unroll hands the side thread act_async(0) and step_async(t) of both halves
+        assert submitted == (4 * (1 + 2 * (T - 1)) if side else 0)
+        assert 0 <= stolen <= submitted
     for a, b in zip(got[False][0], got[True][0], strict=True):
         assert_same_rollout(a, b)
     assert got[False][1] == got[True][1] and len(got[True][1]) > 3

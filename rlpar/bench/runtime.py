@@ -73,6 +73,11 @@ MINATAR_UNROLL = 20
 _GIL_KEYS = ("actor_held", "actor_wait", "actor_native", "learner_held", "ceiling")
 
 
+def _gil_shares(m: dict[str, float]) -> dict[str, float]:
+    """The GIL shares of a `runtime_measure` result, rounded."""
+    return {k: round(m[k], 3) for k in _GIL_KEYS}
+
+
 def runtime_measure(
     num_actors: int,
     busy: bool,
@@ -193,15 +198,13 @@ def bench_runtime(quick: bool = False) -> dict[str, Any]:
     }
     # GIL shares per configuration; the 1-actor rows predict the ceiling (no contention yet).
     out["gil"] = {
-        f"{a}_actor{'s' if a > 1 else ''}{'_with_learner' if busy else ''}": {
-            k: round(v, 3) for k, v in med[(a, busy)].items() if k in _GIL_KEYS
-        }
+        f"{a}_actor{'s' if a > 1 else ''}{'_with_learner' if busy else ''}": _gil_shares(
+            med[(a, busy)]
+        )
         for a in (1, 2)
         for busy in (False, True)
     }
-    out["gil"]["1_actor_python_take"] = {
-        k: round(v, 3) for k, v in med["python_take"].items() if k in _GIL_KEYS
-    }
+    out["gil"]["1_actor_python_take"] = _gil_shares(med["python_take"])
     if minatar:
         only = med["minatar_env_only"]
 
@@ -219,9 +222,7 @@ def bench_runtime(quick: bool = False) -> dict[str, Any]:
                 "one_actor_with_learner_vs_env_only": round(rate["minatar", True] / only, 3),
             },
             "gil": {
-                f"1_actor{'_with_learner' if busy else ''}": {
-                    k: round(v, 3) for k, v in med["minatar", busy].items() if k in _GIL_KEYS
-                }
+                f"1_actor{'_with_learner' if busy else ''}": _gil_shares(med["minatar", busy])
                 for busy in (False, True)
             },
             "actor_us_per_step": per_step_us(med["minatar", False]),
@@ -245,9 +246,7 @@ def bench_runtime(quick: bool = False) -> dict[str, Any]:
                 "1_with_learner": round(split[True]["side_unrolls"] / split[True]["rollouts"], 3),
             },
             "gil": {
-                f"1_actor{'_with_learner' if busy else ''}": {
-                    k: round(v, 3) for k, v in split[busy].items() if k in _GIL_KEYS
-                }
+                f"1_actor{'_with_learner' if busy else ''}": _gil_shares(split[busy])
                 for busy in (False, True)
             },
         }
