@@ -597,3 +597,43 @@ def test_render_modes_other_than_rgb_array_are_refused_and_none_renders_nothing(
     env.reset(seed=0)
     assert env.render() is None
     assert gym.spec("rlpar/CartPole-v1").make(render_mode="rgb_array").metadata["render_fps"] == 50
+
+
+def test_acrobot_reset_states_are_float32_in_this_build():
+    """gymnasium stores Acrobot's reset state as float32; so must every build of the core (a
+    plain cast was dropped by GCC 12's vectorizer at -O3), on a reset and on an autoreset."""
+    vec = gym.make_vec("rlpar/Acrobot-v1", num_envs=8, max_episode_steps=3)
+    for seed in range(4):
+        vec.reset(seed=seed * 8)
+        game = vec.unwrapped.save_state()["game"]
+        np.testing.assert_array_equal(game, game.astype(np.float32).astype(np.float64))
+    for _ in range(4):  # the 4th step is every env's reset step (time limit 3)
+        vec.step(np.zeros(8, np.int64))
+    game = vec.unwrapped.save_state()["game"]
+    np.testing.assert_array_equal(game, game.astype(np.float32).astype(np.float64))
+
+
+@pytest.mark.parametrize("env_id", rlpar_envs.ENV_IDS)
+def test_single_env_plays_the_episodes_of_vector_env_zero(env_id):
+    """``NativeEnv.reset(seed=s)`` then ``reset()`` after each episode gives the episodes env 0
+    of a vector env reset with ``seed=s`` plays through its autoresets (several episodes)."""
+    single = gym.make(env_id, max_episode_steps=60).unwrapped
+    vec = gym.make_vec(env_id, num_envs=3, max_episode_steps=60)
+    n = vec.single_action_space.n
+    rng = np.random.default_rng(0)
+    o1, _ = single.reset(seed=5)
+    o2, _ = vec.reset(seed=5)
+    episodes, t = 0, 0
+    while episodes < 6:
+        np.testing.assert_array_equal(o1, o2[0], err_msg=f"episode {episodes}, step {t}")
+        actions = rng.integers(n, size=3)
+        o1, r1, term, trunc, _ = single.step(int(actions[0]))
+        t += 1
+        trunc = trunc or t == 60  # the single env's time limit is gymnasium's TimeLimit's
+        o2, r2, term2, trunc2, _ = vec.step(actions)
+        assert (r1, term, trunc) == (r2[0], term2[0], trunc2[0]), (episodes, t)
+        np.testing.assert_array_equal(o1, o2[0], err_msg=f"episode {episodes}, step {t}")
+        if term or trunc:
+            episodes, t = episodes + 1, 0
+            o1, _ = single.reset()
+            o2 = vec.step(actions)[0]  # the reset step (NEXT_STEP autoreset)

@@ -45,6 +45,16 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 volatile double g_two = 2.0;
 double py_square(double x) { return std::pow(x, g_two); }
 
+// x rounded to float32 (and widened back), as numpy's astype(np.float32) stores it. Through a
+// volatile, because a plain static_cast<float> in Acrobot::reset did not survive GCC 12 at -O3:
+// its SLP vectorizer packs the four draws into one vector and drops the narrowing and widening
+// conversions (seen with -march=x86-64-v3, znver3 and icelake-server; -fno-tree-slp-vectorize
+// keeps them), so reset states were off float32 by up to 4e-9 in some builds and not in others.
+double round_to_float32(double x) {
+  volatile float f = static_cast<float>(x);
+  return f;
+}
+
 bool all_finite(const double* x, int n) {
   for (int i = 0; i < n; ++i) {
     if (!std::isfinite(x[i])) return false;
@@ -150,7 +160,7 @@ struct Acrobot {
 
   void reset(Rng& rng) {
     // gymnasium draws in double and stores the state as float32.
-    for (double& v : s) v = static_cast<float>(rng.uniform(-0.1, 0.1));
+    for (double& v : s) v = round_to_float32(rng.uniform(-0.1, 0.1));
   }
 
   // AcrobotEnv._dsdt, "book" dynamics. y = (theta1, theta2, dtheta1, dtheta2, torque). The
