@@ -146,6 +146,39 @@ class CallScope {
   std::optional<py::gil_scoped_release> released_;
 };
 
+// The scope of Python code that a native call runs (a Python layer's forward or backward): it
+// takes the GIL for its own duration only (RAII). Inside a call that released the GIL, that
+// time is not native work: its wall time comes off the thread's released time and its CPU time
+// off the released CPU time (the enclosing CallScope then adds the whole call's), so the meter
+// counts it as held, and the time spent waiting to take the GIL counts as wait. Inside a call
+// that kept the GIL it is held time already, and nothing is adjusted.
+class PythonScope {
+ public:
+  PythonScope() : inside_release_(PyGILState_Check() == 0) {
+    if (inside_release_) {
+      start_ns_ = now_ns();
+      start_cpu_ns_ = thread_cpu_ns();
+    }
+    gil_.emplace();
+    if (inside_release_) acquired_ns_ = now_ns();
+  }
+  ~PythonScope() {
+    gil_.reset();  // lets go of the GIL before the clocks are read
+    if (!inside_release_) return;
+    GilMeter& meter = thread_gil_meter();
+    meter.released_ns -= now_ns() - start_ns_;
+    meter.released_cpu_ns -= thread_cpu_ns() - start_cpu_ns_;
+    meter.wait_ns += acquired_ns_ - start_ns_;
+  }
+  PythonScope(const PythonScope&) = delete;
+  PythonScope& operator=(const PythonScope&) = delete;
+
+ private:
+  bool inside_release_;
+  int64_t start_ns_ = 0, start_cpu_ns_ = 0, acquired_ns_ = 0;
+  std::optional<py::gil_scoped_acquire> gil_;
+};
+
 inline void stop_releasing_gil(double timeout_s) {
   g_closing.store(true);
   py::gil_scoped_release release;

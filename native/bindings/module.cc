@@ -5,7 +5,8 @@
 //    cross into a GIL-released region.
 //  * The GIL is released with RAII (CallScope, gil.h), never with hand-written pairs, and only when
 //    the call's work is above a measured threshold (release_gil=None), or when asked (True/False).
-//  * Python layers re-take the GIL with py::gil_scoped_acquire around their own call only.
+//  * Python layers re-take the GIL with PythonScope (gil.h) around their own call only; the GIL
+//    meter counts that time as held, not native.
 //  * At interpreter exit an atexit hook stops releasing the GIL and waits for the calls that could
 //    let other threads run to finish (CallScope), so no thread is ever inside native code when
 //    the interpreter finalizes.

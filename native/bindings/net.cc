@@ -114,7 +114,7 @@ class PyExternalLayer final : public rlpar::ExternalLayer {
   }
 
   Shape output_shape(const Shape& in) override {
-    py::gil_scoped_acquire gil;
+    PythonScope python;  // the GIL for this call only, metered as held
     py::object r = layer_.attr("output_shape")(py::tuple(py::cast(in)));
     auto not_ints = [&] {
       return py::type_error(name_ + ".output_shape must return a tuple of ints, got " +
@@ -131,14 +131,14 @@ class PyExternalLayer final : public rlpar::ExternalLayer {
   }
 
   void forward(const float* x, const Shape& in, float* y, const Shape& out, int64_t batch) override {
-    py::gil_scoped_acquire gil;
+    PythonScope python;  // the GIL for this call only, metered as held
     py::object r = layer_.attr("forward")(copy_to_numpy(x, in, batch));
     copy_result(r, y, out, batch, "forward");
   }
 
   void backward(const float* x, const float* y, const float* dy, float* dx, const Shape& in,
                 const Shape& out, int64_t batch) override {
-    py::gil_scoped_acquire gil;
+    PythonScope python;  // the GIL for this call only, metered as held
     py::object r = layer_.attr("backward")(copy_to_numpy(x, in, batch),
                                            copy_to_numpy(y, out, batch),
                                            copy_to_numpy(dy, out, batch));
