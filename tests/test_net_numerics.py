@@ -31,6 +31,7 @@ from rlpar import (
     RMSProp,
     Tanh,
     Value,
+    _native,
 )
 
 FWD_TOL = {"rtol": 1e-4, "atol": 1e-5}
@@ -365,8 +366,9 @@ TRAILING_ZERO_NETS = {
 @pytest.mark.parametrize("zero_rows", [1, 16, 40])
 def test_backward_trailing_zero_rows_add_nothing(name: str, zero_rows: int) -> None:
     # A feed-forward net leaves out the last rows whose output gradient is all zero (an
-    # actor-critic loss's bootstrap rows): the gradient is the one of the other rows alone, the
-    # same floats, and -0.0 counts as zero.
+    # actor-critic loss's bootstrap rows): the gradient is the one of the other rows alone (the
+    # same floats with the AVX-512 kernels, within rounding on the Eigen path), and -0.0 counts
+    # as zero.
     net = TRAILING_ZERO_NETS[name]()
     params = random_params(net, 31)
     rows = 48
@@ -376,9 +378,11 @@ def test_backward_trailing_zero_rows_add_nothing(name: str, zero_rows: int) -> N
     dout[-1, 0] = -0.0
     _, tape = net.forward_train(params, obs)
     _, head = net.forward_train(params, obs[: rows - zero_rows])
-    np.testing.assert_array_equal(
-        net.backward(tape, dout), net.backward(head, dout[: rows - zero_rows].copy())
-    )
+    got, want = net.backward(tape, dout), net.backward(head, dout[: rows - zero_rows].copy())
+    if _native.simd_kernels():
+        np.testing.assert_array_equal(got, want)
+    else:  # Eigen's GEMMs round a batch's last rows in other code: the forwards differ by ulps
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
     # Every row zero: nothing is added; a NaN row is not zero and reaches the gradient.
     grad = np.full(net.num_params, 2.0, np.float32)
     net.backward(tape, np.zeros_like(dout), grad=grad, accumulate=True)
