@@ -83,6 +83,9 @@ def test_a_run_killed_after_any_periodic_checkpoint_resumes_to_the_same_paramete
         agent(lstm), ENV, runtime(checkpoint_interval_s=1e-9), checkpoint_dir=tmp_path,
         keep_checkpoints=STEPS + 1,
     )  # fmt: skip
+    # deterministic mode's paths: fused unrolls one at a time, the learner's Python take
+    assert all(getattr(a, "fused", False) for a in checkpointed.actors)
+    assert checkpointed.learner.inbox is None
     actors_run_ahead(checkpointed)
     checkpointed.run()
     np.testing.assert_array_equal(checkpointed.params, reference[0])
