@@ -3,14 +3,17 @@
 A checkpoint is written while the learner's state is quiet: on the learner thread between two
 steps (`PeriodicCheckpoint`, every ``checkpoint_interval_s``), or by the runner once its threads
 have stopped (the final one). Each actor's part, its generators and its episodes in progress,
-is what the actor copied at the end of one of its finished unrolls (`Actor.checkpoint_state`).
+is what the actor copied at the end of one of its finished unrolls (`Actor.checkpoint_state`):
+its latest, or in deterministic mode the one that the learner's last step left
+(`rlpar.runtime.learner.Learner.actor_states`), so that a run resumed from any checkpoint makes
+the rollouts the uninterrupted run made after that step.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,7 @@ from rlpar.checkpoint import (
     save_checkpoint,
 )
 from rlpar.nn import Net
-from rlpar.runtime.common import ActorHandle
+from rlpar.runtime.common import ActorHandle, ActorState
 from rlpar.runtime.counters import RunCounters
 
 __all__ = [
@@ -99,7 +102,9 @@ def restore_actors(actors: Sequence[ActorHandle], ckpt: Checkpoint) -> None:
 class Checkpointer:
     """Writes a run's checkpoints into ``directory`` (None: writes none), keeping the newest
     ``keep``. It reads the learner's ``state`` as it is: call `save` only where that state is
-    quiet (between learner steps, or after the learner stopped)."""
+    quiet (between learner steps, or after the learner stopped). ``actor_states``: what it
+    keeps of the actors, read with that state (None: each actor's latest `checkpoint_state`;
+    deterministic mode: the learner's `actor_states`, which belong to its last step)."""
 
     def __init__(
         self,
@@ -112,10 +117,12 @@ class Checkpointer:
         counters: RunCounters,
         config: dict[str, Any],
         generation: int,
+        actor_states: Callable[[], Sequence[ActorState]] | None = None,
     ) -> None:
         self.directory, self.keep = directory, keep
         self.state, self.net, self.actors = state, net, actors
         self.counters, self.config, self.generation = counters, config, generation
+        self.actor_states = actor_states or (lambda: [a.checkpoint_state() for a in actors])
 
     def prune(self) -> None:
         """Drop all but the newest ``keep`` checkpoints, and what a run killed mid-write left."""
@@ -134,7 +141,7 @@ class Checkpointer:
     def snapshot(self) -> Checkpoint:
         """The run as a `Checkpoint` (new arrays, nothing shared with the running state)."""
         # Each actor's generators and episodes as of one of its finished unrolls (one read each).
-        saved = [a.checkpoint_state() for a in self.actors]
+        saved = self.actor_states()
         state = self.state
         return Checkpoint(
             params=state.params.copy(),

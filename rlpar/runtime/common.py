@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "POLL_S",
     "ActorHandle",
+    "ActorState",
     "ActorStats",
     "EpisodeLog",
     "EpisodeSink",
@@ -38,6 +39,10 @@ __all__ = [
 POLL_S = 0.05  # how often a blocked thread looks at the stop flag
 
 T = TypeVar("T")
+
+#: What a checkpoint keeps of one actor (`ActorHandle.checkpoint_state`): its generators'
+#: states, and the arrays that continue its episodes (None where its envs cannot save theirs).
+ActorState = tuple[dict[str, Any], dict[str, np.ndarray] | None]
 
 
 class ItemQueue(Protocol[T]):
@@ -186,7 +191,7 @@ class ActorHandle(Protocol):
     def set_rng_state(self, numpy_state: dict | None, sampler_state: list | None) -> None:
         """Restore what `rng_state` returned (None leaves that generator as it is)."""
 
-    def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray] | None]:
+    def checkpoint_state(self) -> ActorState:
         """(`rng_state`, the arrays that let a resumed run continue this actor's episodes),
         both as of the same finished unroll. The arrays are None where the envs cannot save
         their state (see `ResumableEnvs`): a resumed run then starts new episodes."""

@@ -23,7 +23,7 @@ from rlpar.data import ARRAY_FIELDS, ENV_AXIS, Batch, Rollout
 from rlpar.learner_step import NativeLearn, learner_split
 from rlpar.nn import Net
 from rlpar.optim import skip_nonfinite_step
-from rlpar.runtime.common import POLL_S, ActorHandle, EpisodeLog, ItemQueue
+from rlpar.runtime.common import POLL_S, ActorHandle, ActorState, EpisodeLog, ItemQueue
 from rlpar.runtime.gil_meter import GilTimes, ThreadMeter
 from rlpar.runtime.handoff import HandOff
 from rlpar.snapshot import SnapshotStore
@@ -282,7 +282,12 @@ class NativeLoop:
 
 
 class Learner:
-    """Consumes B rollouts per step, calls ``agent.learn``, publishes version ``steps + 1``."""
+    """Consumes B rollouts per step, calls ``agent.learn``, publishes version ``steps + 1``.
+
+    Deterministic mode: the actors make the rollouts of version v + 1 only once step v has
+    published it (`VersionClock`), so right after a step every rollout made so far has been
+    consumed. There the learner reads each actor's `checkpoint_state` (`actor_states`): the
+    actors as the rollouts of steps <= ``steps`` left them, whatever they have done since."""
 
     def __init__(
         self,
@@ -309,6 +314,11 @@ class Learner:
         self.stats = stats if stats is not None else LearnerStats()
         #: takes the batches natively from its queue when set (`attach_inbox`)
         self.inbox: NativeInbox | None = None
+        #: deterministic mode: each actor's `checkpoint_state` as of the learner's last step
+        #: (before it, as restored); what the run's checkpoints keep of the actors. Else None.
+        self.actor_states: list[ActorState] | None = (
+            [a.checkpoint_state() for a in actors] if deterministic else None
+        )
 
     def attach_inbox(self, queue: HandOff[Rollout], actors: Sequence[Any]) -> None:
         """Take batches from ``queue`` natively (`NativeInbox`, the copies and the publish
@@ -378,7 +388,8 @@ class Learner:
             self.stats.gil = meter.read()  # the whole loop, however it ended
 
     def step(self, rollouts: list[Rollout]) -> dict[str, float]:
-        """One learner step on exactly these rollouts; hands their buffers back to the actors."""
+        """One learner step on exactly these rollouts; hands their buffers back to the actors.
+        Deterministic mode: then `actor_states`, then the next version for the actors."""
         if self.deterministic:
             rollouts.sort(key=lambda r: (r.actor, r.seq))
         batch = Batch.stack(rollouts, self.version)
@@ -387,7 +398,13 @@ class Learner:
             self.actors[r.actor].free.put(r)
         if self.episodes is not None:
             self.episodes.add_many(ended)  # deterministic mode: logged in batch order
-        return self._learn(batch)
+        metrics = self._learn(batch)
+        if self.deterministic:
+            # Each actor has made its rollouts of this version (the learner took them after
+            # the actor's copy) and waits for the next: read them before releasing it.
+            self.actor_states = [a.checkpoint_state() for a in self.actors]
+            self.clock.advance(self.version)
+        return metrics
 
     def _learn(self, batch: Batch, release_gil: bool = False) -> dict[str, float]:
         """``agent.learn`` on ``batch`` (the learner's own copy), the publish, the stats."""
@@ -399,8 +416,6 @@ class Learner:
         release = True if release_gil else None
         if not self.store.publish(self.state.params, version=self.version, release_gil=release):
             s.skipped_publishes += 1
-        if self.deterministic:  # only deterministic actors wait for versions
-            self.clock.advance(self.version)
         s.publish_s += time.perf_counter() - t1
         s.learn_s += t1 - t0
         s.steps += 1

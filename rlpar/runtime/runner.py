@@ -54,7 +54,7 @@ from rlpar.runtime.checkpointing import (
     restore_actors,
     restore_learner,
 )
-from rlpar.runtime.common import ActorHandle, RecentLog
+from rlpar.runtime.common import ActorHandle, ActorState, RecentLog
 from rlpar.runtime.counters import RunCounters
 from rlpar.runtime.evaluator import EvalPoint, build_evaluators
 from rlpar.runtime.handoff import HandOff
@@ -168,6 +168,7 @@ class Runner:
             counters=self.counters,
             config=self.config,
             generation=self._generation,
+            actor_states=self._consumed_actor_states if cfg.deterministic else None,
         )
         self._evaluator, self._periodic = build_evaluators(
             self.agent,
@@ -181,6 +182,13 @@ class Runner:
             points=self.evaluations,
         )
         self._gil_check = GilBoundCheck(self.env_cfg, self.actors)
+
+    def _consumed_actor_states(self) -> list[ActorState]:
+        """Deterministic mode: the actors as the learner's last step left them (read on the
+        learner thread, or once it has stopped)."""
+        states = self.learner.actor_states
+        assert states is not None  # a deterministic learner keeps them
+        return states
 
     @property
     def params(self) -> np.ndarray:
