@@ -22,7 +22,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util.tensor_util import make_ndarray
 
 from rlpar.app.experiment import load_experiment
-from rlpar.app.monitor import FINAL_RETURN, SCALAR_TAGS, flatten_hparams
+from rlpar.app.monitor import FINAL_RETURN, SCALAR_TAGS, EventWriter, flatten_hparams
 from rlpar.app.progress import BarDisplay, LogDisplay, NoDisplay, make_display, status_line
 from rlpar.app.train import Training
 from rlpar.runtime import Progress
@@ -55,20 +55,32 @@ def run(tmp_path_factory) -> tuple[Path, dict]:
 
 
 def accumulator(run_dir: Path) -> EventAccumulator:
-    acc = EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
     return acc
 
 
 def scalar_values(acc: EventAccumulator, tag: str) -> tuple[list[int], list[float]]:
-    events = acc.Tensors(tag)
-    return [e.step for e in events], [float(make_ndarray(e.tensor_proto)) for e in events]
+    """What `SummaryWriter` users read: ``Scalars(tag)``."""
+    events = acc.Scalars(tag)
+    return [e.step for e in events], [e.value for e in events]
+
+
+def test_scalars_are_what_tensorboards_scalar_readers_read(tmp_path: Path) -> None:
+    writer = EventWriter(tmp_path)
+    writer.scalars({"return/mean": 21.5, "loss/total": np.float32(0.25)}, 100)
+    writer.scalars({"return/mean": 30.0}, 200)
+    writer.close()
+    acc = accumulator(tmp_path)
+    assert set(acc.Tags()["scalars"]) == {"return/mean", "loss/total"}
+    assert scalar_values(acc, "return/mean") == ([100, 200], [21.5, 30.0])
+    assert scalar_values(acc, "loss/total") == ([100], [0.25])
 
 
 def test_every_scalar_tag_is_written_with_env_steps_increasing(run) -> None:
     run_dir, summary = run
     acc = accumulator(run_dir)
-    tags = set(acc.Tags()["tensors"])
+    tags = set(acc.Tags()["scalars"])
     missing = set(SCALAR_TAGS) - tags
     assert not missing, f"scalar tags never written: {sorted(missing)}"
     for tag in SCALAR_TAGS:
@@ -116,6 +128,7 @@ def test_histograms_text_and_hparams_are_written(run) -> None:
     text = make_ndarray(acc.Tensors("config")[0].tensor_proto).item().decode()
     assert 'name = "impala"' in text and "total_env_steps = 60_000" in text
     assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= tags
+    assert FINAL_RETURN in acc.Tags()["scalars"]
     (final,) = scalar_values(acc, FINAL_RETURN)[1]
     assert final == pytest.approx(summary["mean_return"])
 

@@ -1,6 +1,8 @@
 """TensorBoard logging of a run, written with the `tensorboard` package alone (no TensorFlow,
 no torch): `EventFileWriter` frames the events, the plugins' ``*_pb`` functions build the
-summaries. The x-axis of every curve is env steps.
+histograms, text and hparams. Curves are plain scalar summaries (``simple_value``, as
+``SummaryWriter.add_scalar`` writes them), so TensorBoard's scalars dashboard and its
+`EventAccumulator`'s ``Scalars(tag)`` both read them. The x-axis of every curve is env steps.
 
 ::
 
@@ -27,7 +29,6 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.plugins.histogram import summary_v2 as histogram_summary
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
-from tensorboard.plugins.scalar import summary_v2 as scalar_summary
 from tensorboard.plugins.text import summary_v2 as text_summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
@@ -162,9 +163,12 @@ class EventWriter:
         self._writer.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
 
     def scalars(self, values: dict[str, float], step: int) -> None:
-        summary = summary_pb2.Summary()
-        for tag, value in values.items():
-            summary.value.extend(scalar_summary.scalar_pb(tag, float(value)).value)
+        """One point of each curve ``tag -> value``, as ``simple_value`` scalars."""
+        summary = summary_pb2.Summary(
+            value=[
+                summary_pb2.Summary.Value(tag=t, simple_value=float(v)) for t, v in values.items()
+            ]
+        )
         self.write(summary, step)
 
     def histogram(self, tag: str, values: np.ndarray, step: int, buckets: int = 30) -> None:
