@@ -135,8 +135,9 @@ class Agent(abc.ABC):
     @abc.abstractmethod
     def learn(self, net: Net, state: LearnerState, batch: Batch) -> dict[str, float]:
         """One learner step on ``batch``; updates ``state`` in place (not ``state.steps``: the
-        runtime counts steps); returns scalar metrics, named as the module docstring says for
-        TensorBoard (``loss``, ``policy_loss``, ``value_loss``, ``entropy``, ``grad_norm``)."""
+        runtime counts steps); returns scalar metrics (Python or numpy numbers, or 0-d arrays),
+        named as the module docstring says for TensorBoard (``loss``, ``policy_loss``,
+        ``value_loss``, ``entropy``, ``grad_norm``)."""
 
     def check_runtime(self, runtime: RuntimeConfig) -> None:  # noqa: B027 (optional hook)
         """Optional: raise `rlpar.ConfigError` (naming the key, what was expected and what

@@ -19,7 +19,9 @@ docs/cli.md is generated from them).
 from __future__ import annotations
 
 import json
+import logging
 import math
+import numbers
 import time
 import typing
 from pathlib import Path
@@ -38,7 +40,9 @@ if TYPE_CHECKING:
     from rlpar.app.clips import TrainingClips
     from rlpar.runtime import Progress, Runner, RunResult
 
-__all__ = ["OTHER_TAGS", "SCALAR_TAGS", "EventWriter", "TensorBoardMonitor"]
+__all__ = ["OTHER_TAGS", "SCALAR_TAGS", "EventWriter", "TensorBoardMonitor", "metric_value"]
+
+log = logging.getLogger("rlpar")
 
 SCALAR_TAGS: dict[str, str] = {
     "return/mean": "Mean return of the last `runtime.return_window` episodes: the learning curve.",
@@ -139,6 +143,14 @@ def eval_tags(policy_index: int, policy: str, mean: float, std: float) -> dict[s
     """The eval scalars of one policy's evaluation (the first policy has the short tags)."""
     prefix = "eval" if policy_index == 0 else f"eval/{policy}"
     return {f"{prefix}/return_mean": mean, f"{prefix}/return_std": std}
+
+
+def metric_value(value: object) -> float | None:
+    """A learner metric as a float: a Python or numpy number (``np.float32(0.5)``) or a 0-d
+    numeric array; None for anything else (a string, an array of several values, None)."""
+    if isinstance(value, np.ndarray):
+        return float(value) if value.ndim == 0 and value.dtype.kind in "biuf" else None
+    return float(value) if isinstance(value, numbers.Real) else None
 
 
 def gil_tags(gil: dict[str, Any]) -> dict[str, float]:
@@ -256,6 +268,7 @@ class TensorBoardMonitor:
         self._histogram_step = -1  # env steps of the last ones
         self._evals_written = 0  # of runner.evaluations
         self._checks_written = 0  # of runner.target_checks
+        self._unwritable: set[str] = set()  # learner metrics already warned about
 
     def start(self) -> None:
         self.writer.text("config", "    " + to_toml(self.config).replace("\n", "\n    "))
@@ -346,13 +359,32 @@ class TensorBoardMonitor:
         values["runtime/queue_depth"] = p.queue_depth
         values["runtime/snapshot_version"] = p.version
         for name, value in p.metrics.items():
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                values[_METRIC_TAGS.get(name, f"learner/{name}")] = value
+            number = metric_value(value)
+            if number is None:
+                self._warn_unwritable(name, value)
+            elif math.isfinite(number):
+                values[_METRIC_TAGS.get(name, f"learner/{name}")] = number
         for stage, fraction in p.stage_fractions.items():
             values[_STAGE_TAGS.get(stage, f"time_fraction/{stage}")] = fraction
         values |= gil_tags(p.gil)
         self.writer.scalars(values, p.env_steps)
         self._written = p
+
+    def _warn_unwritable(self, name: str, value: object) -> None:
+        """One warning per metric ``name`` whose value is no single number."""
+        if name in self._unwritable:
+            return
+        self._unwritable.add(name)
+        got = type(value).__name__
+        if isinstance(value, np.ndarray):
+            got = f"ndarray {value.dtype} {list(value.shape)}"
+        log.warning(
+            "learner metric %r: expected one number (a Python or numpy scalar, or a 0-d array), "
+            "got %s %s; it is not written to TensorBoard (this warning is given once)",
+            name,
+            got,
+            _short_repr(value),
+        )
 
     def _rates(self, p: Progress) -> dict[str, float]:
         """Rates since the previously written point (the Progress rates are run averages)."""
@@ -381,3 +413,8 @@ class TensorBoardMonitor:
         else:
             for i in range(actions.shape[1]):
                 writer.histogram(f"actions/{i}", actions[:, i], step)
+
+
+def _short_repr(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
