@@ -129,7 +129,9 @@ class Agent(abc.ABC):
         """Actions from net outputs ``out`` float32 [K, output_size].
 
         Returns int64 [K] for a Discrete space, float32 [K, A] for a Box space (unclipped: the
-        runtime clips to the space's bounds only when sending to the env).
+        runtime clips to the space's bounds only when sending to the env). Another shape (such
+        as [K, 1]) or dtype kind is a ValueError naming the agent, what was expected and what
+        came.
         """
 
     @abc.abstractmethod

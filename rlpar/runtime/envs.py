@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -136,10 +137,44 @@ class ActionAdapter:
         else:
             raise ValueError(f"unsupported action space {space}: expected Discrete or a 1-D Box")
 
+    def checked(self, actions: Any, num_envs: int, agent: object, method: str) -> np.ndarray:
+        """``actions``, what ``agent``'s ``method`` ("act" or "greedy") returned for
+        ``num_envs`` envs, if they are one action per env: int64 [K] (any integer dtype) for a
+        Discrete space, float32 [K, A] (any float dtype) for a Box. Else ValueError naming
+        the agent, what was expected and what came. A shape and dtype compare: no copy."""
+        expected = (num_envs, *self.shape)
+        kinds = "iu" if self.low is None else "f"
+        dtype = getattr(actions, "dtype", None)
+        if (
+            isinstance(actions, np.ndarray)
+            and actions.shape == expected
+            and dtype is not None
+            and dtype.kind in kinds
+        ):
+            return actions
+        if isinstance(actions, np.ndarray):
+            got = f"{actions.dtype} {list(actions.shape)}"
+        else:
+            got = f"{type(actions).__name__} {_short(actions)}"
+        hint = ""
+        if isinstance(actions, np.ndarray) and actions.size == int(np.prod(expected)):
+            hint = f"; e.g. return actions.reshape({', '.join(map(str, expected))})"
+        what = "K" if not self.shape else "K, *action_shape"
+        raise ValueError(
+            f"agent {type(agent).__name__}: {method} must return one action per env, "
+            f"{self.dtype} [{what}] = {list(expected)} for the action space {self.space}, "
+            f"got {got}{hint}"
+        )
+
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         if self.low is None:
             return actions
         return np.clip(actions, self.low, self.high)
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def explain_env_error(envs: VectorEnv, error: BaseException) -> BaseException:
