@@ -23,7 +23,7 @@ from rlpar import registry
 from rlpar.app.experiment import load_experiment
 from rlpar.app.reference import agent_reference, format_agents
 from rlpar.checkpoint import STALE_TEMP_S, prune_checkpoints
-from rlpar.runtime.envs import ActionAdapter
+from rlpar.runtime.envs import ActionAdapter, make_actor_envs
 
 ROOT = Path(__file__).resolve().parent.parent
 CARTPOLE = ROOT / "experiments" / "cartpole_impala.toml"
@@ -96,6 +96,36 @@ def test_an_observation_that_does_not_fit_its_space_is_named() -> None:
     text = str(info.value)
     assert "'rlpar-test/WrongShape-v0'" in text
     assert "shape (3,)" in text and "shape (4,)" in text
+
+
+class _IntObsEnv(gym.Env):
+    observation_space = gym.spaces.Box(0, 10, (3,), np.int64)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, np.int64), {}
+
+    def step(self, action):
+        return np.zeros(3, np.int64), 0.0, False, False, {}
+
+
+def test_an_unsupported_observation_dtype_names_the_env_and_the_space() -> None:
+    gym.register("rlpar-test/IntObs-v0", entry_point=_IntObsEnv)
+    runtime = rlpar.RuntimeConfig(num_actors=1, envs_per_actor=2, total_env_steps=1000)
+    with pytest.raises(ValueError) as info:
+        rlpar.Runner(TinyAgent(), rlpar.EnvConfig("rlpar-test/IntObs-v0"), runtime).run()
+    text = str(info.value)
+    assert text.startswith("env 'rlpar-test/IntObs-v0': unsupported observation dtype int64")
+    assert "Box(0, 10, (3,), int64)" in text and "expected a float dtype" in text
+
+
+def test_an_unknown_env_id_points_to_env_setup() -> None:
+    with pytest.raises(ValueError) as info:
+        make_actor_envs(rlpar.EnvConfig("MiniGrid-Empty-5x5-v0"), 1)
+    text = str(info.value)
+    assert text.startswith("unknown environment id 'MiniGrid-Empty-5x5-v0'")
+    assert "env.setup" in text and "docs/config.md" in text
 
 
 class _ColumnActions(TinyAgent):

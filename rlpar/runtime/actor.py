@@ -542,7 +542,7 @@ def _allocate(
             unroll_length,
             envs.num_envs,
             obs_space.shape,
-            storage_dtype(obs_space),
+            storage_dtype(obs_space, getattr(getattr(envs, "spec", None), "id", None)),
             actions.shape,
             actions.dtype,
             net.output_size,

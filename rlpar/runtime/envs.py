@@ -21,9 +21,9 @@ from rlpar.runtime.env_modes import (
     takes_env_seeds,
 )
 from rlpar.runtime.env_setup import run_setup
-from rlpar.runtime.observations import check_observations
+from rlpar.runtime.observations import check_observations, storage_dtype
 
-__all__ = ["ActionAdapter", "env_seeds", "explain_env_error", "make_actor_envs"]
+__all__ = ["ActionAdapter", "env_seeds", "explain_env_error", "make_actor_envs", "storage_dtype"]
 
 
 def env_seeds(envs: VectorEnv, seed: int, actor: int, generation: int = 0) -> int | list[int]:
@@ -85,7 +85,25 @@ def _register(cfg: EnvConfig) -> None:
     if cfg.id.startswith("rlpar/") and cfg.id not in gym.registry:
         run_setup("rlpar.envs")  # the native envs register themselves on import
     if cfg.id not in gym.registry:
-        raise ValueError(f"unknown environment id {cfg.id!r}{did_you_mean(cfg.id, gym.registry)}")
+        raise ValueError(
+            f"unknown environment id {cfg.id!r}{did_you_mean(cfg.id, gym.registry)}; "
+            + _how_to_register(cfg)
+        )
+
+
+def _how_to_register(cfg: EnvConfig) -> str:
+    """What makes an id known: the package that registers it, imported by ``env.setup``."""
+    if cfg.setup:
+        return (
+            f"env.setup = {cfg.setup!r} ran and did not register it: check the id and what "
+            "that hook registers"
+        )
+    return (
+        "an env of a package that registers its ids on import needs that import first: name "
+        'the module in env.setup (the experiment key: [env] setup = "module" or '
+        '"module:function"; --set env.setup=module; e.g. "minigrid" for MiniGrid ids), see '
+        "docs/config.md"
+    )
 
 
 def _sync_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
@@ -102,18 +120,6 @@ def _check_autoreset(envs: VectorEnv, env_id: str) -> VectorEnv:
             "(gymnasium's default), where the step after an episode's end is the reset step"
         )
     return envs
-
-
-def storage_dtype(space: gym.Space) -> np.dtype:
-    """How observations are stored and fed to the net: float32 for real-valued boxes, uint8 for
-    byte and boolean frames (MinAtar's channels are bool)."""
-    if not isinstance(space, gym.spaces.Box):
-        raise ValueError(f"unsupported observation space {space}: expected a Box")
-    if np.issubdtype(space.dtype, np.floating):
-        return np.dtype(np.float32)
-    if space.dtype in (np.uint8, np.bool_):
-        return np.dtype(np.uint8)
-    raise ValueError(f"unsupported observation dtype {space.dtype}: expected float, uint8 or bool")
 
 
 class ActionAdapter:
