@@ -72,6 +72,7 @@ __all__ = [
     "LogConfig",
     "apply_overrides",
     "experiment_from_dict",
+    "import_given_plugins",
     "import_plugins",
     "import_run_plugins",
     "load_experiment",
@@ -210,6 +211,20 @@ def import_run_plugins(run_file: Path, config: Any) -> None:
     name = agent.get("name") if isinstance(agent, dict) else None
     if isinstance(name, str) and name not in registered_agents():
         import_plugins(run_file)
+
+
+def import_given_plugins(overrides: Iterable[str], folder: Path) -> tuple[str, ...]:
+    """For a run rebuilt from a checkpoint: import the ``plugins`` that the user's ``--set``
+    ``overrides`` name (a checkpoint's own list is data and imports nothing), looked for in
+    ``--set plugin_path=[...]`` (relative to ``folder``) or else in ``folder`` (the working
+    directory), which also serve a ``--set env.setup`` module. Returns the plugins imported;
+    `ConfigError` naming the ``--set`` key when one cannot be imported."""
+    keys = ("plugins", "plugin_path", "env")
+    given = apply_overrides({}, [t for t in overrides if parse_override(t)[0][0] in keys])
+    try:
+        return tuple(_import_plugins(given, folder).get("plugins", ()))
+    except ConfigError as e:
+        raise ConfigError(f"--set {e}") from None
 
 
 def _checked(data: dict[str, Any], path: Path) -> Experiment:
