@@ -144,9 +144,9 @@ def load_policy(
     plugin_path=[...]``); a checkpoint's own ``plugins`` are data and import nothing.
     """
     path = find_checkpoint(checkpoint)
-    run_file: Path | None = Path(checkpoint) / "config.toml"
-    if not run_file.is_file():  # a file names no run: only a run directory's config vouches
-        run_file = None
+    # A file names no run: only a run directory's own config.toml vouches for its code.
+    found = Path(checkpoint) / "config.toml"
+    run_file = found if found.is_file() else None
     ckpt = load_checkpoint(path)
     load_env_plugins()
     overrides = list(overrides)
