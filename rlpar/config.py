@@ -31,6 +31,7 @@ __all__ = [
     "EnvConfig",
     "EvalConfig",
     "RuntimeConfig",
+    "UnknownKey",
     "UnknownKeysError",
     "check_env_layout",
     "check_field_types",
