@@ -234,13 +234,12 @@ def time_to_target(run_dir: Path) -> tuple[float | None, int | None]:
     """(seconds, env steps) at the first ``return/mean`` event at or above the target, from
     the run's event file; seconds count from the config event written before training."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.util.tensor_util import make_ndarray
 
-    events = EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
     events.Reload()
     start = min(e.wall_time for e in events.Tensors("config"))
-    for e in events.Tensors("return/mean"):  # rlpar writes scalars as tensor summaries
-        if float(make_ndarray(e.tensor_proto)) >= TARGET:
+    for e in events.Scalars("return/mean"):
+        if e.value >= TARGET:
             return e.wall_time - start, e.step
     return None, None
 

@@ -129,14 +129,17 @@ class Agent(abc.ABC):
         """Actions from net outputs ``out`` float32 [K, output_size].
 
         Returns int64 [K] for a Discrete space, float32 [K, A] for a Box space (unclipped: the
-        runtime clips to the space's bounds only when sending to the env).
+        runtime clips to the space's bounds only when sending to the env). Another shape (such
+        as [K, 1]) or dtype kind is a ValueError naming the agent, what was expected and what
+        came.
         """
 
     @abc.abstractmethod
     def learn(self, net: Net, state: LearnerState, batch: Batch) -> dict[str, float]:
         """One learner step on ``batch``; updates ``state`` in place (not ``state.steps``: the
-        runtime counts steps); returns scalar metrics, named as the module docstring says for
-        TensorBoard (``loss``, ``policy_loss``, ``value_loss``, ``entropy``, ``grad_norm``)."""
+        runtime counts steps); returns scalar metrics (Python or numpy numbers, or 0-d arrays),
+        named as the module docstring says for TensorBoard (``loss``, ``policy_loss``,
+        ``value_loss``, ``entropy``, ``grad_norm``)."""
 
     def check_runtime(self, runtime: RuntimeConfig) -> None:  # noqa: B027 (optional hook)
         """Optional: raise `rlpar.ConfigError` (naming the key, what was expected and what

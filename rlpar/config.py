@@ -2,7 +2,9 @@
 
 Each section is a frozen dataclass whose fields carry their meaning in the docstring lines
 below them; `from_dict` builds one from plain data (a TOML table), naming the offending key,
-the expected type and the value given on any error, with a "did you mean" for unknown keys.
+the expected type and the value given on any error. Unknown keys are reported all at once
+(`UnknownKeysError`), each with a "did you mean" that also looks into nested tables
+(``agent.lr`` -> ``agent.optim.lr``).
 A dataclass that renamed a key keeps the old name readable with a class attribute
 ``renamed_keys: ClassVar[dict[str, str]] = {"old": "new"}``: `from_dict` reads the old key as
 the new one, with a DeprecationWarning and a warning on rlpar's log that names the new key.
@@ -11,6 +13,7 @@ the new one, with a DeprecationWarning and a warning on rlpar's log that names t
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 import types
 import typing
@@ -28,11 +31,14 @@ __all__ = [
     "EnvConfig",
     "EvalConfig",
     "RuntimeConfig",
+    "UnknownKey",
+    "UnknownKeysError",
     "check_env_layout",
     "check_field_types",
     "from_dict",
     "is_ray_address",
     "to_dict",
+    "unknown_keys",
 ]
 
 T = TypeVar("T")
@@ -42,6 +48,99 @@ log = logging.getLogger("rlpar")
 
 class ConfigError(ValueError):
     """A configuration key is unknown, of the wrong type, or out of range."""
+
+
+@dataclass(frozen=True)
+class UnknownKey:
+    """One key no config field has: its full name, a " (did you mean ...)" or "", and the
+    valid keys of its table."""
+
+    key: str
+    hint: str
+    valid: tuple[str, ...]
+
+    def message(self) -> str:
+        valid = f"; valid keys: {', '.join(self.valid)}" if self.valid else ""
+        return f"unknown key '{self.key}'{self.hint}{valid}"
+
+
+class UnknownKeysError(ConfigError):
+    """Every unknown key of a config at once (``problems``), so one run names them all."""
+
+    def __init__(self, problems: list[UnknownKey], origins: dict[str, str] | None = None) -> None:
+        """``origins``: key -> where it was given (e.g. ``--set agent.lr=0.1``), if known."""
+        self.problems = problems
+        origins = origins or {}
+        if len(problems) == 1:
+            text = problems[0].message()
+        else:
+            lines = [
+                f"'{p.key}'"
+                + (p.hint if p.hint else f"; valid keys: {', '.join(p.valid)}")
+                + (f", from {origins[p.key]}" if p.key in origins else "")
+                for p in problems
+            ]
+            text = f"{len(problems)} unknown keys:\n  " + "\n  ".join(lines)
+        super().__init__(text)
+
+
+def unknown_keys(cls: type, data: dict[str, Any], prefix: str = "") -> list[UnknownKey]:
+    """The keys of ``data`` (a table for dataclass ``cls``; ``prefix``: its full name, e.g.
+    ``"agent."``) that no field of ``cls`` has, recursively into nested config tables, in
+    the order given. A key renamed by ``cls.renamed_keys`` is known."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(typing.cast(Any, cls)) if f.init]
+    renamed: dict[str, str] = getattr(cls, "renamed_keys", {})
+    found: list[UnknownKey] = []
+    for key, value in data.items():
+        if key in renamed:
+            continue
+        if key not in names:
+            hint = _nested_hint(str(key), cls, prefix)
+            found.append(UnknownKey(f"{prefix}{key}", hint, tuple(sorted(names))))
+            continue
+        nested = _config_class(hints[key])
+        if nested is not None and isinstance(value, dict):
+            found += unknown_keys(nested, value, f"{prefix}{key}.")
+    return found
+
+
+def _config_class(tp: Any) -> type | None:
+    """The dataclass of a field annotated ``tp`` (also ``X | None``), else None."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        classes = [a for a in typing.get_args(tp) if _config_class(a) is not None]
+        return classes[0] if len(classes) == 1 else None
+    return tp if isinstance(tp, type) and dataclasses.is_dataclass(tp) else None
+
+
+def _field_paths(cls: type, prefix: str = "") -> list[str]:
+    """Every key of ``cls``'s table and of its nested tables, e.g. ``["gamma", "optim",
+    "optim.lr", ...]``."""
+    hints = typing.get_type_hints(cls)
+    paths: list[str] = []
+    for f in dataclasses.fields(typing.cast(Any, cls)):
+        if not f.init:
+            continue
+        paths.append(f"{prefix}{f.name}")
+        nested = _config_class(hints[f.name])
+        if nested is not None:
+            paths += _field_paths(nested, f"{prefix}{f.name}.")
+    return paths
+
+
+def _nested_hint(key: str, cls: type, prefix: str) -> str:
+    """`` (did you mean '<prefix>optim.lr'?)`` for ``key`` = ``lr``: a nested table's key of
+    that name first, else the closest key of this table, else the closest nested key."""
+    paths = _field_paths(cls)
+    same_leaf = [p for p in paths if "." in p and p.rsplit(".", 1)[1] == key]
+    if same_leaf:
+        return " (did you mean " + " or ".join(f"'{prefix}{p}'" for p in same_leaf) + "?)"
+    direct = did_you_mean(key, [p for p in paths if "." not in p], prefix)
+    if direct:
+        return direct
+    leaves = {p.rsplit(".", 1)[1]: p for p in reversed(paths) if "." in p}
+    close = difflib.get_close_matches(key, list(leaves), n=1)
+    return f" (did you mean '{prefix}{leaves[close[0]]}'?)" if close else ""
 
 
 def _type_name(tp: Any) -> str:
@@ -104,15 +203,11 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
 
 def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     """Build dataclass ``cls`` from ``data``; unknown keys and bad values raise ConfigError."""
+    unknown = unknown_keys(cls, data, prefix)
+    if unknown:
+        raise UnknownKeysError(unknown)
     data = _renamed(cls, data, prefix)
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(typing.cast(Any, cls)) if f.init]
-    for key in data:
-        if key not in names:
-            hint = did_you_mean(key, names, prefix)
-            raise ConfigError(
-                f"unknown key '{prefix}{key}'{hint}; valid keys: {', '.join(sorted(names))}"
-            )
     kwargs = {k: _convert(v, hints[k], prefix + k) for k, v in data.items()}
     try:
         return cls(**kwargs)

@@ -83,6 +83,30 @@ def test_the_resolved_toml_keeps_none_and_non_defaults(tmp_path: Path) -> None:
     assert again == exp
 
 
+def test_every_unknown_key_is_named_at_once_with_nested_suggestions(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "[agent]\nname = 'impala'\nlr = 0.003\n[agent.optim]\nlrr = 1\n[runtime]\nnum_actor = 2\n",
+    )
+    with pytest.raises(rlpar.ConfigError) as info:
+        load_experiment(path, ["log.logdri=runs"])
+    assert str(info.value) == (
+        f"{path}: 4 unknown keys:\n"
+        "  'agent.lr' (did you mean 'agent.optim.lr'?)\n"
+        "  'agent.optim.lrr' (did you mean 'agent.optim.lr'?)\n"
+        "  'runtime.num_actor' (did you mean 'runtime.num_actors'?)\n"
+        "  'log.logdri' (did you mean 'log.logdir'?), from --set log.logdri=runs"
+    )
+
+
+def test_a_key_of_a_nested_table_given_one_level_up_is_pointed_to_it() -> None:
+    with pytest.raises(rlpar.ConfigError, match=r"^unknown key 'agent.lr' \(did you mean "
+                       r"'agent.optim.lr'\?\); valid keys: "):  # fmt: skip
+        rlpar.make_agent("impala", {"lr": 0.003})
+    with pytest.raises(rlpar.ConfigError, match=r"'agent.hiden' \(did you mean 'agent.net.hidden'"):
+        rlpar.make_agent("impala", {"hiden": [64], "lr": 0.1})
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -15,6 +16,7 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -22,7 +24,13 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util.tensor_util import make_ndarray
 
 from rlpar.app.experiment import load_experiment
-from rlpar.app.monitor import FINAL_RETURN, SCALAR_TAGS, flatten_hparams
+from rlpar.app.monitor import (
+    FINAL_RETURN,
+    SCALAR_TAGS,
+    EventWriter,
+    TensorBoardMonitor,
+    flatten_hparams,
+)
 from rlpar.app.progress import BarDisplay, LogDisplay, NoDisplay, make_display, status_line
 from rlpar.app.train import Training
 from rlpar.runtime import Progress
@@ -55,20 +63,64 @@ def run(tmp_path_factory) -> tuple[Path, dict]:
 
 
 def accumulator(run_dir: Path) -> EventAccumulator:
-    acc = EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
     return acc
 
 
 def scalar_values(acc: EventAccumulator, tag: str) -> tuple[list[int], list[float]]:
-    events = acc.Tensors(tag)
-    return [e.step for e in events], [float(make_ndarray(e.tensor_proto)) for e in events]
+    """What `SummaryWriter` users read: ``Scalars(tag)``."""
+    events = acc.Scalars(tag)
+    return [e.step for e in events], [e.value for e in events]
+
+
+def test_scalars_are_what_tensorboards_scalar_readers_read(tmp_path: Path) -> None:
+    writer = EventWriter(tmp_path)
+    writer.scalars({"return/mean": 21.5, "loss/total": np.float32(0.25)}, 100)
+    writer.scalars({"return/mean": 30.0}, 200)
+    writer.close()
+    acc = accumulator(tmp_path)
+    assert set(acc.Tags()["scalars"]) == {"return/mean", "loss/total"}
+    assert scalar_values(acc, "return/mean") == ([100, 200], [21.5, 30.0])
+    assert scalar_values(acc, "loss/total") == ([100], [0.25])
+
+
+class _NoPoints:
+    def since(self, written: int) -> tuple[list, int]:
+        return [], written
+
+
+def test_numpy_metrics_are_written_and_unwritable_ones_warned_about_once(tmp_path, caplog):
+    runner = SimpleNamespace(evaluations=_NoPoints(), target_checks=_NoPoints())
+    monitor = TensorBoardMonitor(tmp_path, runner, {}, scalar_interval_steps=1,
+                                 histogram_interval=0)  # fmt: skip
+    metrics = {
+        "loss": np.float32(0.5),  # np.float32 is no Python float
+        "valid_steps": np.int64(64),
+        "mean_rho": np.array(0.25, np.float32),  # 0-d
+        "per_env": np.zeros(3, np.float32),
+        "note": "text",
+    }
+    with caplog.at_level(logging.WARNING, logger="rlpar"):
+        for steps in (100, 200):
+            monitor.update(dataclasses.replace(progress(steps, 1.0), metrics=metrics))
+    monitor.close()
+    acc = accumulator(tmp_path)
+    assert scalar_values(acc, "loss/total") == ([100, 200], [0.5, 0.5])
+    assert scalar_values(acc, "learner/valid_steps")[1] == [64.0, 64.0]
+    assert scalar_values(acc, "learner/mean_rho")[1] == [0.25, 0.25]
+    tags = acc.Tags()["scalars"]
+    assert "learner/per_env" not in tags and "learner/note" not in tags
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 2, warned  # once per key, not once per point
+    assert "'per_env'" in warned[0] and "ndarray float32 [3]" in warned[0]
+    assert "'note'" in warned[1] and "got str 'text'" in warned[1]
 
 
 def test_every_scalar_tag_is_written_with_env_steps_increasing(run) -> None:
     run_dir, summary = run
     acc = accumulator(run_dir)
-    tags = set(acc.Tags()["tensors"])
+    tags = set(acc.Tags()["scalars"])
     missing = set(SCALAR_TAGS) - tags
     assert not missing, f"scalar tags never written: {sorted(missing)}"
     for tag in SCALAR_TAGS:
@@ -116,6 +168,7 @@ def test_histograms_text_and_hparams_are_written(run) -> None:
     text = make_ndarray(acc.Tensors("config")[0].tensor_proto).item().decode()
     assert 'name = "impala"' in text and "total_env_steps = 60_000" in text
     assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= tags
+    assert FINAL_RETURN in acc.Tags()["scalars"]
     (final,) = scalar_values(acc, FINAL_RETURN)[1]
     assert final == pytest.approx(summary["mean_return"])
 

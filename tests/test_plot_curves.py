@@ -43,6 +43,19 @@ def test_curves_are_read_back_and_banded_over_the_common_steps(tmp_path) -> None
         read_curve(tmp_path / "a", "eval/return_mean", x="time")
 
 
+def test_runs_that_hold_their_scalars_as_tensor_summaries_are_read_too(tmp_path) -> None:
+    """rlpar 0.1.0 wrote every curve as a tensor summary (the scalar plugin's ``scalar_pb``)."""
+    from tensorboard.plugins.scalar import summary_v2 as scalar_summary
+
+    writer = EventWriter(tmp_path)
+    for step, value in {0: 1.0, 100: 3.0}.items():
+        writer.write(scalar_summary.scalar_pb("eval/return_mean", value), step)
+    writer.close()
+    steps, values = read_curve(tmp_path, "eval/return_mean")
+    np.testing.assert_array_equal(steps, [0, 100])
+    np.testing.assert_array_equal(values, [1.0, 3.0])
+
+
 def test_a_group_is_a_run_or_a_folder_of_runs(tmp_path) -> None:
     write_run(tmp_path / "seeds" / "seed-0", {0: 1.0})
     write_run(tmp_path / "seeds" / "seed-1", {0: 1.0})

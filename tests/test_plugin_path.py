@@ -182,9 +182,9 @@ def test_train_finds_the_agent_and_env_modules_beside_the_config(project: Path) 
 def _scalar_tags(run_dir: Path) -> set[str]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
+    events = EventAccumulator(str(run_dir))
     events.Reload()
-    return set(events.Tags()["tensors"])
+    return set(events.Tags()["scalars"])
 
 
 def test_eval_and_agents_of_a_plug_in_run(project: Path) -> None:
@@ -200,6 +200,35 @@ def test_eval_and_agents_of_a_plug_in_run(project: Path) -> None:
     assert "vpg  (register_agent: vpg.Vpg)" in listing.stdout
     assert "Vanilla policy gradient that only reports" in listing.stdout
     assert "Step size of plain SGD." in listing.stdout
+
+
+def test_eval_of_a_plug_in_checkpoint_file(project: Path) -> None:
+    """A checkpoint file is data: its run's plugins are imported on the user's word, ``--set
+    plugins=[...]``, looked for in the working directory (the plug-in's folder) or in
+    ``--set plugin_path``; a run directory's config.toml is that word already."""
+    elsewhere = project.parent / "elsewhere"
+    summary = summary_of(
+        rlpar_command(elsewhere, "train", str(project / "corridor_vpg.toml"), "--json")
+    )
+    ckpt = str(elsewhere / summary["checkpoint"])  # relative to where it ran, or absolute
+    hook = ("--set", "env.setup=corridor:register")  # the env's hook: also the user's word
+    refused = rlpar_command(project, "eval", ckpt, *hook)
+    assert refused.returncode == 1, refused.stderr
+    assert "agent.name: unknown agent 'vpg'" in refused.stderr
+    assert """with --set 'plugins=["vpg"]'""" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
+    plugins = ("--set", 'plugins=["vpg"]')
+    result = summary_of(
+        rlpar_command(project, "eval", ckpt, *hook, *plugins, "--episodes", "2", "--json")
+    )
+    assert result["agent"] == "vpg" and result["episodes"] == 2
+    folder = ("--set", f"plugin_path={json.dumps([str(project)])}")
+    result = summary_of(rlpar_command(elsewhere, "eval", ckpt, *hook, *plugins, *folder,
+                                      "--episodes", "2", "--json"))  # fmt: skip
+    assert result["agent"] == "vpg"
+    missing = rlpar_command(elsewhere, "eval", ckpt, *hook, *plugins)
+    assert missing.returncode == 1, missing.stderr
+    assert "--set plugins: no module named 'vpg'" in missing.stderr, missing.stderr
 
 
 def test_async_worker_processes_find_the_env_module_too(project: Path) -> None:

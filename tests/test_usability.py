@@ -16,12 +16,14 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from tiny_agent import TinyAgent
 
 import rlpar
 from rlpar import registry
 from rlpar.app.experiment import load_experiment
 from rlpar.app.reference import agent_reference, format_agents
 from rlpar.checkpoint import STALE_TEMP_S, prune_checkpoints
+from rlpar.runtime.envs import ActionAdapter, make_actor_envs
 
 ROOT = Path(__file__).resolve().parent.parent
 CARTPOLE = ROOT / "experiments" / "cartpole_impala.toml"
@@ -94,6 +96,74 @@ def test_an_observation_that_does_not_fit_its_space_is_named() -> None:
     text = str(info.value)
     assert "'rlpar-test/WrongShape-v0'" in text
     assert "shape (3,)" in text and "shape (4,)" in text
+
+
+class _IntObsEnv(gym.Env):
+    observation_space = gym.spaces.Box(0, 10, (3,), np.int64)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, np.int64), {}
+
+    def step(self, action):
+        return np.zeros(3, np.int64), 0.0, False, False, {}
+
+
+def test_an_unsupported_observation_dtype_names_the_env_and_the_space() -> None:
+    gym.register("rlpar-test/IntObs-v0", entry_point=_IntObsEnv)
+    runtime = rlpar.RuntimeConfig(num_actors=1, envs_per_actor=2, total_env_steps=1000)
+    with pytest.raises(ValueError) as info:
+        rlpar.Runner(TinyAgent(), rlpar.EnvConfig("rlpar-test/IntObs-v0"), runtime).run()
+    text = str(info.value)
+    assert text.startswith("env 'rlpar-test/IntObs-v0': unsupported observation dtype int64")
+    assert "Box(0, 10, (3,), int64)" in text and "expected a float dtype" in text
+
+
+def test_an_unknown_env_id_points_to_env_setup() -> None:
+    with pytest.raises(ValueError) as info:
+        make_actor_envs(rlpar.EnvConfig("MiniGrid-Empty-5x5-v0"), 1)
+    text = str(info.value)
+    assert text.startswith("unknown environment id 'MiniGrid-Empty-5x5-v0'")
+    assert "env.setup" in text and "docs/config.md" in text
+
+
+class _ColumnActions(TinyAgent):
+    """An agent whose act returns its actions as a column, [K, 1] instead of [K]."""
+
+    def act(self, net, out, rng):
+        return super().act(net, out, rng)[:, None]
+
+
+def test_an_act_that_returns_a_column_is_named_with_the_shape_it_must_have() -> None:
+    runtime = rlpar.RuntimeConfig(
+        num_actors=1, envs_per_actor=16, unroll_length=4, total_env_steps=1000
+    )
+    runner = rlpar.Runner(_ColumnActions(), rlpar.EnvConfig("CartPole-v1"), runtime)
+    with pytest.raises(ValueError) as info:
+        runner.run()
+    text = str(info.value)
+    assert "agent _ColumnActions: act must return one action per env, int64 [K] = [16]" in text
+    assert "got int64 [16, 1]" in text and "actions.reshape(16)" in text
+
+
+@pytest.mark.parametrize(
+    ("space", "actions", "match"),
+    [
+        (gym.spaces.Discrete(3), np.zeros(4, np.float32), r"int64 \[K\] = \[4\] .* got float32"),
+        (gym.spaces.Discrete(3), [0, 1, 2, 0], r"got list \[0, 1, 2, 0\]"),
+        (
+            gym.spaces.Box(-1, 1, (2,), np.float32),
+            np.zeros((4, 1), np.float32),
+            r"float32 \[K, \*action_shape\] = \[4, 2\] .* got float32 \[4, 1\]$",
+        ),
+    ],
+)
+def test_actions_of_the_wrong_shape_or_kind_are_refused(space, actions, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        ActionAdapter(space).checked(actions, 4, TinyAgent(), "act")
+    good = np.zeros((4, *ActionAdapter(space).shape), ActionAdapter(space).dtype)
+    assert ActionAdapter(space).checked(good, 4, TinyAgent(), "act") is good
 
 
 # ------------------------------------------------------------------------------ checkpoints

@@ -440,7 +440,9 @@ def _add_eval(commands: argparse._SubParsersAction) -> None:
         "damaged or mismatched checkpoint is an error (exit status 1). A checkpoint is data: "
         "an env.setup hook it names (a module to import) runs only if you allow it with "
         "--set env.setup=... or --trust-checkpoint-setup; for a run directory, the hook in "
-        "its config.toml (your run's experiment file) is used.",
+        "its config.toml (your run's experiment file) is used. Likewise a plug-in agent's "
+        "modules: --set 'plugins=[\"my_agent\"]' imports my_agent.py from the working "
+        "directory (or --set plugin_path=[...]), a run directory's config.toml names them.",
         epilog="example: rlpar eval runs/cartpole_impala/<timestamp>/checkpoints/"
         "ckpt-000000001234.rlpar --episodes 20",
     )

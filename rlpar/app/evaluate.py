@@ -8,15 +8,24 @@ word). `rlpar.runtime.evaluation.evaluate_policy` plays the episodes.
 
 from __future__ import annotations
 
+import json
+import shlex
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from rlpar.agent import Agent
-from rlpar.app.experiment import Experiment, experiment_from_dict, import_run_plugins
+from rlpar.app.experiment import (
+    Experiment,
+    experiment_from_dict,
+    import_given_plugins,
+    import_run_plugins,
+    parse_override,
+)
 from rlpar.app.train import load_env_plugins
 from rlpar.app.trust import checkpoint_config
 from rlpar.checkpoint import (
@@ -28,6 +37,7 @@ from rlpar.checkpoint import (
 )
 from rlpar.config import ConfigError
 from rlpar.nn import Net
+from rlpar.registry import registered_agents
 from rlpar.runtime.envs import make_actor_envs
 from rlpar.runtime.evaluation import Evaluation, evaluate_policy, evaluation_env
 
@@ -92,6 +102,25 @@ def evaluate(
     )
 
 
+def _plugins_hint(config: Any, overrides: list[str]) -> str:
+    """How to import the plugins a checkpoint's run named, when its agent is not registered
+    and the user did not name them (a checkpoint is data: its plugins are not imported)."""
+    if not isinstance(config, dict) or any(parse_override(t)[0] == ["plugins"] for t in overrides):
+        return ""
+    agent = config.get("agent")
+    name = agent.get("name") if isinstance(agent, dict) else None
+    plugins = config.get("plugins")
+    if not plugins or not isinstance(plugins, list) or name in registered_agents():
+        return ""
+    listed = json.dumps([str(p) for p in plugins])
+    return (
+        f". A checkpoint is data: rlpar does not import the plugins its run named ({listed}). "
+        f"If you trust them, import them with --set {shlex.quote(f'plugins={listed}')} "
+        "(looked for in the working directory, or in --set plugin_path=[...]), or name the "
+        "run directory instead of the file: its config.toml names them"
+    )
+
+
 @dataclass
 class LoadedPolicy:
     """What a checkpoint rebuilds: its experiment (with overrides), agent, net and parameters."""
@@ -108,20 +137,28 @@ def load_policy(
     checkpoint: str | Path, overrides: Iterable[str] = (), trust_setup: bool = False
 ) -> LoadedPolicy:
     """Rebuild the env config, agent and net of ``checkpoint`` (a file, or a run directory: its
-    newest checkpoint) and load its parameters; `CheckpointError` as for `evaluate`."""
+    newest checkpoint) and load its parameters; `CheckpointError` as for `evaluate`.
+
+    A plug-in agent is found through the ``config.toml`` of a run directory named, or through
+    the user's ``--set plugins=[...]`` (looked for in the working directory or in ``--set
+    plugin_path=[...]``); a checkpoint's own ``plugins`` are data and import nothing.
+    """
     path = find_checkpoint(checkpoint)
-    run_file = Path(checkpoint) / "config.toml"
+    # A file names no run: only a run directory's own config.toml vouches for its code.
+    found = Path(checkpoint) / "config.toml"
+    run_file = found if found.is_file() else None
     ckpt = load_checkpoint(path)
     load_env_plugins()
+    overrides = list(overrides)
     try:
-        if run_file.is_file():  # the run's own experiment file: its plugins register its agent
+        import_given_plugins(overrides, Path.cwd())  # the user's --set plugins=[...]
+        if run_file is not None:  # the run's own experiment file: its plugins register its agent
             import_run_plugins(run_file, ckpt.config)
-        config = checkpoint_config(
-            ckpt.config, path, overrides, trust_setup, run_file if run_file.is_file() else None
-        )
+        config = checkpoint_config(ckpt.config, path, overrides, trust_setup, run_file)
         exp = experiment_from_dict(config)
     except ConfigError as err:
-        raise CheckpointError(f"{path}: its config cannot rebuild the run: {err}") from None
+        hint = _plugins_hint(ckpt.config, overrides)
+        raise CheckpointError(f"{path}: its config cannot rebuild the run: {err}{hint}") from None
     agent = exp.make_agent()
     try:
         envs = make_actor_envs(evaluation_env(exp.env, 1), 1)

@@ -51,10 +51,13 @@ from rlpar.config import (
     EnvConfig,
     EvalConfig,
     RuntimeConfig,
+    UnknownKey,
+    UnknownKeysError,
     check_env_layout,
     check_field_types,
     from_dict,
     to_dict,
+    unknown_keys,
 )
 from rlpar.registry import how_to_register, registered_agents
 from rlpar.runtime.env_setup import add_import_folders, import_user_module
@@ -69,6 +72,7 @@ __all__ = [
     "LogConfig",
     "apply_overrides",
     "experiment_from_dict",
+    "import_given_plugins",
     "import_plugins",
     "import_run_plugins",
     "load_experiment",
@@ -209,6 +213,20 @@ def import_run_plugins(run_file: Path, config: Any) -> None:
         import_plugins(run_file)
 
 
+def import_given_plugins(overrides: Iterable[str], folder: Path) -> tuple[str, ...]:
+    """For a run rebuilt from a checkpoint: import the ``plugins`` that the user's ``--set``
+    ``overrides`` name (a checkpoint's own list is data and imports nothing), looked for in
+    ``--set plugin_path=[...]`` (relative to ``folder``) or else in ``folder`` (the working
+    directory), which also serve a ``--set env.setup`` module. Returns the plugins imported;
+    `ConfigError` naming the ``--set`` key when one cannot be imported."""
+    keys = ("plugins", "plugin_path", "env")
+    given = apply_overrides({}, [t for t in overrides if parse_override(t)[0][0] in keys])
+    try:
+        return tuple(_import_plugins(given, folder).get("plugins", ()))
+    except ConfigError as e:
+        raise ConfigError(f"--set {e}") from None
+
+
 def _checked(data: dict[str, Any], path: Path) -> Experiment:
     return experiment_from_dict(_import_plugins(data, path.resolve().parent), path.stem)
 
@@ -252,6 +270,9 @@ def _blame(path: Path, file_data: dict, overrides: list[str], error: ConfigError
     """``error``'s message, prefixed by what said the wrong thing: the first ``--set`` override
     after which the config fails with this message, else the file."""
     message = str(error)
+    if isinstance(error, UnknownKeysError) and len(error.problems) > 1:
+        given = {".".join(parse_override(text)[0]): f"--set {text}" for text in overrides}
+        return f"{path}: {UnknownKeysError(error.problems, given)}"
     if overrides and _error_of(file_data, path) != message:
         for i, text in enumerate(overrides):
             if _error_of(apply_overrides(file_data, overrides[: i + 1]), path) == message:
@@ -269,10 +290,11 @@ def _error_of(data: dict[str, Any], path: Path) -> str | None:
 
 
 def experiment_from_dict(data: dict[str, Any], default_name: str = "experiment") -> Experiment:
-    """Validate plain data (a parsed experiment file, or a checkpoint's config)."""
-    for key in data:
-        if key not in SECTIONS:
-            _unknown_section(key, data.get("agent"))
+    """Validate plain data (a parsed experiment file, or a checkpoint's config). Every unknown
+    key is named in one `UnknownKeysError`."""
+    unknown = _unknown_keys(data)
+    if unknown:
+        raise UnknownKeysError(unknown)
     name = data.get("name", default_name)
     if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name):
         raise ConfigError(
@@ -326,24 +348,41 @@ def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
     return value
 
 
-def _unknown_section(key: str, agent_table: Any) -> None:
-    """Raise for a top-level ``key`` that is no section; a key of a section (``seed``) is
-    answered with its full name (``runtime.seed``)."""
-    sections: dict[str, type] = {"env": EnvConfig, "runtime": RuntimeConfig, "log": LogConfig}
+def _unknown_keys(data: dict[str, Any]) -> list[UnknownKey]:
+    """Every unknown key of ``data``: of the top level and of each section's table (the
+    agent's only when its name is registered: else the name is what is wrong)."""
+    agent_table = data.get("agent")
     agent_name = agent_table.get("name") if isinstance(agent_table, dict) else None
     entry = registered_agents().get(agent_name) if isinstance(agent_name, str) else None
+    sections: dict[str, type] = {
+        "env": EnvConfig,
+        "runtime": RuntimeConfig,
+        "eval": EvalConfig,
+        "log": LogConfig,
+    }
     if entry is not None:
         sections["agent"] = entry.config
+    found = [_unknown_section(key, sections) for key in data if key not in SECTIONS]
+    for section, table in data.items():  # in the file's order
+        cls = sections.get(section)
+        if cls is not None and isinstance(table, dict):
+            keys = {k: v for k, v in table.items() if not (section == "agent" and k == "name")}
+            found += unknown_keys(cls, keys, prefix=f"{section}.")
+    return found
+
+
+def _unknown_section(key: str, sections: dict[str, type]) -> UnknownKey:
+    """A top-level ``key`` that is no section; a key of a section (``seed``) is answered with
+    its full name (``runtime.seed``)."""
     owners = [s for s, cls in sections.items() if key in {f.name for f in dataclasses.fields(cls)}]
     if owners:
         full = " or ".join(f"'{s}.{key}'" for s in owners)
-        raise ConfigError(
-            f"unknown key '{key}': it belongs to a section, did you mean {full}? "
+        hint = (
+            f": it belongs to a section, did you mean {full}? "
             f"(on the command line: --set {owners[0]}.{key}=...)"
         )
-    raise ConfigError(
-        f"unknown key '{key}'{did_you_mean(key, SECTIONS)}; valid keys: {', '.join(SECTIONS)}"
-    )
+        return UnknownKey(key, hint, ())
+    return UnknownKey(key, did_you_mean(key, SECTIONS), SECTIONS)
 
 
 def _accepts_none(tp: Any) -> bool:

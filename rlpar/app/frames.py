@@ -157,6 +157,7 @@ def play_episodes(
                 break
             out = net.forward(params, np.asarray(obs, dtype)[None], **core)
             action, policy = policy_actions(agent, net, out, policy, rng)
+            action = adapter.checked(action, 1, agent, "greedy" if policy == "greedy" else "act")
             obs, reward, terminated, truncated, _ = env.step(adapter.to_env(action)[0])
             frames.append(_frame(env, what, frame_size))
             total += float(reward)

@@ -1,6 +1,8 @@
 """TensorBoard logging of a run, written with the `tensorboard` package alone (no TensorFlow,
 no torch): `EventFileWriter` frames the events, the plugins' ``*_pb`` functions build the
-summaries. The x-axis of every curve is env steps.
+histograms, text and hparams. Curves are plain scalar summaries (``simple_value``, as
+``SummaryWriter.add_scalar`` writes them), so TensorBoard's scalars dashboard and its
+`EventAccumulator`'s ``Scalars(tag)`` both read them. The x-axis of every curve is env steps.
 
 ::
 
@@ -17,7 +19,9 @@ docs/cli.md is generated from them).
 from __future__ import annotations
 
 import json
+import logging
 import math
+import numbers
 import time
 import typing
 from pathlib import Path
@@ -27,7 +31,6 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.plugins.histogram import summary_v2 as histogram_summary
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
-from tensorboard.plugins.scalar import summary_v2 as scalar_summary
 from tensorboard.plugins.text import summary_v2 as text_summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
@@ -37,7 +40,9 @@ if TYPE_CHECKING:
     from rlpar.app.clips import TrainingClips
     from rlpar.runtime import Progress, Runner, RunResult
 
-__all__ = ["OTHER_TAGS", "SCALAR_TAGS", "EventWriter", "TensorBoardMonitor"]
+__all__ = ["OTHER_TAGS", "SCALAR_TAGS", "EventWriter", "TensorBoardMonitor", "metric_value"]
+
+log = logging.getLogger("rlpar")
 
 SCALAR_TAGS: dict[str, str] = {
     "return/mean": "Mean return of the last `runtime.return_window` episodes: the learning curve.",
@@ -140,6 +145,14 @@ def eval_tags(policy_index: int, policy: str, mean: float, std: float) -> dict[s
     return {f"{prefix}/return_mean": mean, f"{prefix}/return_std": std}
 
 
+def metric_value(value: object) -> float | None:
+    """A learner metric as a float: a Python or numpy number (``np.float32(0.5)``) or a 0-d
+    numeric array; None for anything else (a string, an array of several values, None)."""
+    if isinstance(value, np.ndarray):
+        return float(value) if value.ndim == 0 and value.dtype.kind in "biuf" else None
+    return float(value) if isinstance(value, numbers.Real) else None
+
+
 def gil_tags(gil: dict[str, Any]) -> dict[str, float]:
     """The ``time/gil_*`` scalars of a `Progress.gil` report."""
     values: dict[str, float] = {}
@@ -162,9 +175,12 @@ class EventWriter:
         self._writer.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
 
     def scalars(self, values: dict[str, float], step: int) -> None:
-        summary = summary_pb2.Summary()
-        for tag, value in values.items():
-            summary.value.extend(scalar_summary.scalar_pb(tag, float(value)).value)
+        """One point of each curve ``tag -> value``, as ``simple_value`` scalars."""
+        summary = summary_pb2.Summary(
+            value=[
+                summary_pb2.Summary.Value(tag=t, simple_value=float(v)) for t, v in values.items()
+            ]
+        )
         self.write(summary, step)
 
     def histogram(self, tag: str, values: np.ndarray, step: int, buckets: int = 30) -> None:
@@ -252,6 +268,7 @@ class TensorBoardMonitor:
         self._histogram_step = -1  # env steps of the last ones
         self._evals_written = 0  # of runner.evaluations
         self._checks_written = 0  # of runner.target_checks
+        self._unwritable: set[str] = set()  # learner metrics already warned about
 
     def start(self) -> None:
         self.writer.text("config", "    " + to_toml(self.config).replace("\n", "\n    "))
@@ -342,13 +359,32 @@ class TensorBoardMonitor:
         values["runtime/queue_depth"] = p.queue_depth
         values["runtime/snapshot_version"] = p.version
         for name, value in p.metrics.items():
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                values[_METRIC_TAGS.get(name, f"learner/{name}")] = value
+            number = metric_value(value)
+            if number is None:
+                self._warn_unwritable(name, value)
+            elif math.isfinite(number):
+                values[_METRIC_TAGS.get(name, f"learner/{name}")] = number
         for stage, fraction in p.stage_fractions.items():
             values[_STAGE_TAGS.get(stage, f"time_fraction/{stage}")] = fraction
         values |= gil_tags(p.gil)
         self.writer.scalars(values, p.env_steps)
         self._written = p
+
+    def _warn_unwritable(self, name: str, value: object) -> None:
+        """One warning per metric ``name`` whose value is no single number."""
+        if name in self._unwritable:
+            return
+        self._unwritable.add(name)
+        got = type(value).__name__
+        if isinstance(value, np.ndarray):
+            got = f"ndarray {value.dtype} {list(value.shape)}"
+        log.warning(
+            "learner metric %r: expected one number (a Python or numpy scalar, or a 0-d array), "
+            "got %s %s; it is not written to TensorBoard (this warning is given once)",
+            name,
+            got,
+            _short_repr(value),
+        )
 
     def _rates(self, p: Progress) -> dict[str, float]:
         """Rates since the previously written point (the Progress rates are run averages)."""
@@ -377,3 +413,8 @@ class TensorBoardMonitor:
         else:
             for i in range(actions.shape[1]):
                 writer.histogram(f"actions/{i}", actions[:, i], step)
+
+
+def _short_repr(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

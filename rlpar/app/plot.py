@@ -10,7 +10,8 @@ folder of run directories (``rlpar train --seeds``' parent, or ``<logdir>/<name>
 over its seeds with a band from the min to the max, interpolated onto one grid over the x range
 every seed reached. The x axis is env steps (the event steps) or, with ``--x seconds``, wall
 seconds since each run's first point. Scalars are read back with TensorBoard's own
-`EventAccumulator` (rlpar writes them as tensors). Drawing needs matplotlib
+`EventAccumulator` (``Scalars(tag)``; runs written before rlpar wrote ``simple_value`` scalars
+(rlpar 0.1.0) hold them as tensor summaries, read with ``Tensors(tag)``). Drawing needs matplotlib
 (``pip install "rlpar[plot]"``); reading does not.
 """
 
@@ -35,18 +36,20 @@ def read_curve(run_dir: str | Path, tag: str, x: str = "steps") -> tuple[np.ndar
 
     if x not in X_AXES:
         raise ValueError(f"--x: expected one of {', '.join(X_AXES)}, got {x!r}")
-    acc = EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})  # all
     acc.Reload()
-    if tag not in acc.Tags()["tensors"]:
-        known = ", ".join(sorted(acc.Tags()["tensors"])[:12])
-        raise ValueError(f"{run_dir}: no scalar {tag!r} in its event files (it has: {known})")
-    events = acc.Tensors(tag)
-    values = np.array([float(make_ndarray(e.tensor_proto)) for e in events])
-    if x == "steps":
-        xs = np.array([e.step for e in events], np.float64)
+    tags = acc.Tags()
+    if tag in tags["scalars"]:
+        points = [(e.step, e.wall_time, e.value) for e in acc.Scalars(tag)]
+    elif tag in tags["tensors"]:  # a run that rlpar 0.1.0 wrote: scalars as tensor summaries
+        points = [
+            (e.step, e.wall_time, float(make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)
+        ]
     else:
-        wall = np.array([e.wall_time for e in events], np.float64)
-        xs = wall - wall.min()
+        known = ", ".join(sorted([*tags["scalars"], *tags["tensors"]])[:12])
+        raise ValueError(f"{run_dir}: no scalar {tag!r} in its event files (it has: {known})")
+    steps, walls, values = (np.array(column, np.float64) for column in zip(*points, strict=True))
+    xs = steps if x == "steps" else walls - walls.min()
     order = np.argsort(xs, kind="stable")
     return xs[order], values[order]
 

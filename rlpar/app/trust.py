@@ -16,6 +16,9 @@ so. Each value of a checkpoint's config that could select code:
 - ``env.kwargs``: JSON values (never callables) handed to the registered env's constructor.
 - ``agent.name``: looked up among the registered agents (built-ins, installed entry points,
   `register_agent`); an unknown name is an error, never an import.
+- ``plugins``: never imported; the user's ``--set plugins=[...]`` are (from the working
+  directory or ``--set plugin_path``), and for ``rlpar eval RUN_DIR`` those of the run's
+  ``config.toml`` (`rlpar.app.evaluate.load_policy`).
 
 ``--resume`` takes nothing from the checkpoint's config: the env and the agent come from the
 experiment file, the checkpoint gives parameters, optimizer state, counters and RNG states.

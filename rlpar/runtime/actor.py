@@ -463,7 +463,10 @@ class Actor:
         """An agent that samples in Python: its `act` on step ``t``'s outputs of the envs
         ``cols``, written to ``r.actions``. Returns the seconds it took."""
         t0 = time.perf_counter()
-        r.actions[t, cols] = self.agent.act(self.net, r.behaviour[t, cols], self.rng)
+        actions = self.agent.act(self.net, r.behaviour[t, cols], self.rng)
+        r.actions[t, cols] = self.actions.checked(
+            actions, cols.stop - cols.start, self.agent, "act"
+        )
         return time.perf_counter() - t0
 
 
@@ -539,7 +542,7 @@ def _allocate(
             unroll_length,
             envs.num_envs,
             obs_space.shape,
-            storage_dtype(obs_space),
+            storage_dtype(obs_space, getattr(getattr(envs, "spec", None), "id", None)),
             actions.shape,
             actions.dtype,
             net.output_size,

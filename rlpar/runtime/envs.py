@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -20,9 +21,9 @@ from rlpar.runtime.env_modes import (
     takes_env_seeds,
 )
 from rlpar.runtime.env_setup import run_setup
-from rlpar.runtime.observations import check_observations
+from rlpar.runtime.observations import check_observations, storage_dtype
 
-__all__ = ["ActionAdapter", "env_seeds", "explain_env_error", "make_actor_envs"]
+__all__ = ["ActionAdapter", "env_seeds", "explain_env_error", "make_actor_envs", "storage_dtype"]
 
 
 def env_seeds(envs: VectorEnv, seed: int, actor: int, generation: int = 0) -> int | list[int]:
@@ -84,7 +85,25 @@ def _register(cfg: EnvConfig) -> None:
     if cfg.id.startswith("rlpar/") and cfg.id not in gym.registry:
         run_setup("rlpar.envs")  # the native envs register themselves on import
     if cfg.id not in gym.registry:
-        raise ValueError(f"unknown environment id {cfg.id!r}{did_you_mean(cfg.id, gym.registry)}")
+        raise ValueError(
+            f"unknown environment id {cfg.id!r}{did_you_mean(cfg.id, gym.registry)}; "
+            + _how_to_register(cfg)
+        )
+
+
+def _how_to_register(cfg: EnvConfig) -> str:
+    """What makes an id known: the package that registers it, imported by ``env.setup``."""
+    if cfg.setup:
+        return (
+            f"env.setup = {cfg.setup!r} ran and did not register it: check the id and what "
+            "that hook registers"
+        )
+    return (
+        "an env of a package that registers its ids on import needs that import first: name "
+        'the module in env.setup (the experiment key: [env] setup = "module" or '
+        '"module:function"; --set env.setup=module; e.g. "minigrid" for MiniGrid ids), see '
+        "docs/config.md"
+    )
 
 
 def _sync_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
@@ -101,18 +120,6 @@ def _check_autoreset(envs: VectorEnv, env_id: str) -> VectorEnv:
             "(gymnasium's default), where the step after an episode's end is the reset step"
         )
     return envs
-
-
-def storage_dtype(space: gym.Space) -> np.dtype:
-    """How observations are stored and fed to the net: float32 for real-valued boxes, uint8 for
-    byte and boolean frames (MinAtar's channels are bool)."""
-    if not isinstance(space, gym.spaces.Box):
-        raise ValueError(f"unsupported observation space {space}: expected a Box")
-    if np.issubdtype(space.dtype, np.floating):
-        return np.dtype(np.float32)
-    if space.dtype in (np.uint8, np.bool_):
-        return np.dtype(np.uint8)
-    raise ValueError(f"unsupported observation dtype {space.dtype}: expected float, uint8 or bool")
 
 
 class ActionAdapter:
@@ -136,10 +143,44 @@ class ActionAdapter:
         else:
             raise ValueError(f"unsupported action space {space}: expected Discrete or a 1-D Box")
 
+    def checked(self, actions: Any, num_envs: int, agent: object, method: str) -> np.ndarray:
+        """``actions``, what ``agent``'s ``method`` ("act" or "greedy") returned for
+        ``num_envs`` envs, if they are one action per env: int64 [K] (any integer dtype) for a
+        Discrete space, float32 [K, A] (any float dtype) for a Box. Else ValueError naming
+        the agent, what was expected and what came. A shape and dtype compare: no copy."""
+        expected = (num_envs, *self.shape)
+        kinds = "iu" if self.low is None else "f"
+        dtype = getattr(actions, "dtype", None)
+        if (
+            isinstance(actions, np.ndarray)
+            and actions.shape == expected
+            and dtype is not None
+            and dtype.kind in kinds
+        ):
+            return actions
+        if isinstance(actions, np.ndarray):
+            got = f"{actions.dtype} {list(actions.shape)}"
+        else:
+            got = f"{type(actions).__name__} {_short(actions)}"
+        hint = ""
+        if isinstance(actions, np.ndarray) and actions.size == int(np.prod(expected)):
+            hint = f"; e.g. return actions.reshape({', '.join(map(str, expected))})"
+        what = "K" if not self.shape else "K, *action_shape"
+        raise ValueError(
+            f"agent {type(agent).__name__}: {method} must return one action per env, "
+            f"{self.dtype} [{what}] = {list(expected)} for the action space {self.space}, "
+            f"got {got}{hint}"
+        )
+
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         if self.low is None:
             return actions
         return np.clip(actions, self.low, self.high)
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def explain_env_error(envs: VectorEnv, error: BaseException) -> BaseException:

@@ -256,6 +256,7 @@ def _play(
         out = net.forward(params, np.asarray(obs, dtype), **core)
         stage[0] = f"agent.{'greedy' if policy == 'greedy' else 'act'}"
         actions, policy = policy_actions(agent, net, out, policy, rng)
+        actions = adapter.checked(actions, k, agent, "greedy" if policy == "greedy" else "act")
         stage[0] = "envs.step"
         obs, reward, terminated, truncated, _ = envs.step(adapter.to_env(actions))
         valid = ~(prev_done | cut)

@@ -33,7 +33,7 @@ import numpy as np
 
 from rlpar.config import EnvConfig
 
-__all__ = ["check_observation", "check_observations"]
+__all__ = ["check_observation", "check_observations", "storage_dtype"]
 
 log = logging.getLogger("rlpar")
 
@@ -50,6 +50,8 @@ def check_observations(cfg: EnvConfig) -> None:
     env = gym.make(cfg.id, disable_env_checker=True, **cfg.kwargs)
     try:
         space = env.observation_space
+        if isinstance(space, gym.spaces.Box):  # other spaces: the actor names them
+            storage_dtype(space, cfg.id)
         first = check_observation(cfg.id, space, env.reset(seed=0)[0], "reset()")
         then = check_observation(cfg.id, space, env.step(env.action_space.sample())[0], "step()")
     finally:
@@ -57,6 +59,25 @@ def check_observations(cfg: EnvConfig) -> None:
     _CHECKED.add(key)
     if first or then:
         log.warning("%s", first or then)
+
+
+def storage_dtype(space: gym.Space, env_id: str | None = None) -> np.dtype:
+    """How observations of ``space`` are stored and fed to the net: float32 for real-valued
+    boxes, uint8 for byte and boolean frames (MinAtar's channels are bool). ValueError naming
+    the env ``env_id`` (where known) and the space for any other."""
+    env = f"env {env_id!r}: " if env_id else ""
+    if not isinstance(space, gym.spaces.Box):
+        raise ValueError(f"{env}unsupported observation space {space}: expected a Box")
+    if np.issubdtype(space.dtype, np.floating):
+        return np.dtype(np.float32)
+    if space.dtype in (np.uint8, np.bool_):
+        return np.dtype(np.uint8)
+    raise ValueError(
+        f"{env}unsupported observation dtype {space.dtype} of its observation space {space}: "
+        "expected a float dtype (fed as float32), uint8 or bool (fed as uint8). Declare the "
+        "space with one of them (e.g. Box(low, high, shape, np.float32)) and return "
+        "observations of that dtype"
+    )
 
 
 def check_observation(env_id: str, space: gym.Space, obs: Any, where: str) -> str | None:
