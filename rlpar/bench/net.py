@@ -94,9 +94,11 @@ def forwards_per_second(
     def loop(k: int) -> None:
         forward, out, n = net.forward, np.empty((len(obs), net.output_size), np.float32), 0
         start.wait()
-        while not stop[0]:
+        while True:  # at least one call: a loaded machine may not run a thread in `duration`
             forward(params, obs, out, release)  # positional: less time holding the GIL
             n += 1
+            if stop[0]:
+                break
         counts[k] = n
 
     workers = [threading.Thread(target=loop, args=(k,)) for k in range(threads)]
@@ -106,10 +108,9 @@ def forwards_per_second(
     t0 = time.perf_counter()
     time.sleep(duration)
     stop[0] = True
-    elapsed = time.perf_counter() - t0
     for w in workers:
         w.join()
-    return sum(counts) / elapsed
+    return sum(counts) / (time.perf_counter() - t0)
 
 
 def _thread_scaling(
