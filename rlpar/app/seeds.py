@@ -10,9 +10,10 @@
         aggregate.md          the same as a Markdown table
 
 The seeds run one after another, or ``parallel`` at a time, each in a child ``rlpar train``
-process. A seed whose run fails is reported as crashed (with its error's last line) and the
-others still run. Across seeds: the mean, the interquartile mean (the mean of the middle half,
-less moved by one outlier seed than the mean) and a 95 % percentile-bootstrap confidence
+process that imports this process's rlpar (`rlpar_command`). A seed whose run fails is
+reported as crashed (with its error's last line) and the others still run. Across seeds: the
+mean, the interquartile mean (the mean of the middle half, less moved by one outlier seed than
+the mean) and a 95 % percentile-bootstrap confidence
 interval of the mean, of the evaluated return (the final evaluation's first policy; each
 further policy of ``eval.policies``, e.g. greedy beside sampled, gets the same statistics of its
 own) and of the time to the target return (over the seeds that reached it, with how many did).
@@ -26,7 +27,6 @@ import json
 import math
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -37,6 +37,7 @@ import numpy as np
 from rlpar.app.experiment import Experiment, load_experiment
 from rlpar.app.train import make_run_dir, write_atomically
 from rlpar.config import ConfigError, is_ray_address
+from rlpar.runtime.child_command import rlpar_command
 
 __all__ = [
     "aggregate",
@@ -233,10 +234,10 @@ def _row(seed: int, summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _child_command(config: str, overrides: Sequence[str], seed: int, run_dir: Path) -> list[str]:
-    cmd = [sys.executable, "-m", "rlpar", "train", config, "--quiet", "--json"]
+    cmd = ["train", config, "--quiet", "--json"]
     for o in (*overrides, f"runtime.seed={seed}"):
         cmd += ["--set", o]
-    return [*cmd, "--run-dir", str(run_dir)]
+    return rlpar_command(*cmd, "--run-dir", str(run_dir))
 
 
 def _last_line_error(text: str) -> str:
