@@ -12,11 +12,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from rlpar.app.experiment import load_experiment
-from rlpar.app.sweep import METRIC, load_space, ranked
+from rlpar.app.sweep import METRIC, _rows, load_space, ranked
 from rlpar.checkpoint import latest_checkpoint
 from rlpar.config import ConfigError
 
@@ -150,6 +151,19 @@ def test_trials_rank_finished_first_then_stopped_then_crashed() -> None:
         {"trial": 4, METRIC: None, "status": "stopped by ASHA at 5 env steps"},
     ]
     assert [r["trial"] for r in ranked(rows)] == [3, 2, 0, 4, 1]
+
+
+def test_a_crashed_trial_is_reported_by_its_exception_line() -> None:
+    """Not by the note rlpar adds after an exception raised in one of its threads."""
+    error = RuntimeError(
+        "ray::_trial() (pid=7, ip=127.0.0.1)\n"
+        '  File "rlpar/app/sweep.py", line 330, in _trial\n'
+        "RuntimeError: deliberate crash of a trial\n"
+        "(raised in rlpar thread 'actor-0 (env Crashy-v0)'; the run was stopped)"
+    )
+    result = SimpleNamespace(metrics={}, config={}, error=error)
+    (row,) = _rows([result], SimpleNamespace(dimensions=[], scheduler="asha"))
+    assert row["status"] == "crashed: RuntimeError: deliberate crash of a trial"
 
 
 def _group_alive(pgid: int) -> list[int]:
