@@ -14,6 +14,7 @@ import pytest
 from rlpar.app.seeds import (
     aggregate,
     bootstrap_ci,
+    error_line,
     format_aggregate,
     iqm,
     parse_seeds,
@@ -156,6 +157,48 @@ def test_reaggregate_rebuilds_a_parent_from_its_seeds_summaries(tmp_path: Path) 
     assert md.startswith("# two_policies: 4 seeds") and "| 1 | crashed: no summary: " in md
 
 
+# What a crashed child's log holds: the log line, the traceback, the exception, its note.
+CHILD_LOG = """rlpar: rlpar train: the run failed
+Traceback (most recent call last):
+  File "rlpar/app/cli.py", line 357, in _run_train
+    summary = training.run(quiet=args.quiet)
+              ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+RuntimeError: deliberate crash of run seed 1
+(raised in rlpar thread 'actor-0 (env Crashy-v0)'; the run was stopped)
+"""
+CHAINED = """Traceback (most recent call last):
+  File "a.py", line 1, in <module>
+KeyError: 'x'
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "a.py", line 3, in <module>
+ValueError: env.setup: importing 'walk' failed
+  the second line of its message
+a log line after it
+"""
+RAY_TASK = """ray::train_seed() (pid=7, ip=127.0.0.1)
+  File "rlpar/app/seeds.py", line 380, in train_seed
+RuntimeError: this seed breaks on purpose
+(a note)"""
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        (CHILD_LOG, "RuntimeError: deliberate crash of run seed 1"),
+        (CHAINED, "ValueError: env.setup: importing 'walk' failed"),
+        (RAY_TASK, "RuntimeError: this seed breaks on purpose"),
+        ("rlpar train: error: runtime.seed: expected an integer\n",
+         "rlpar train: error: runtime.seed: expected an integer"),
+        ("\n\n", "no output"),
+    ],
+)  # fmt: skip
+def test_a_crash_is_reported_by_its_exception_line(text: str, line: str) -> None:
+    assert error_line(text) == line
+
+
 CONFIG = """name = "seeds"
 plugins = ["breaks_on_seed"]
 
@@ -177,8 +220,9 @@ total_env_steps = 2000
 episodes = 2
 """
 
-# The env of CONFIG; its registration fails in the child that trains runtime.seed=1 (it reads
-# its own command line), so one seed of the run crashes and the others must still be reported.
+# The env of CONFIG; in the child that trains runtime.seed=1 (it reads its own command line) its
+# step raises in the actor thread, so one seed of the run crashes, with the note rlpar adds after
+# the exception, and the others must still be reported.
 WALK_ENV = """import gymnasium as gym
 import numpy as np
 
@@ -203,13 +247,22 @@ PLUGIN = (
     + WALK_ENV
     + """
 
+class Crashy(Walk):
+    steps = 0
+
+    def step(self, action):
+        Crashy.steps += 1
+        if Crashy.steps > 20:  # in the actor thread: past the check of the first step
+            raise RuntimeError("deliberate crash of run seed 1")
+        return super().step(action)
+
+
 def register():
-    if "BreaksOnSeed-v0" not in gym.registry:
-        gym.register("BreaksOnSeed-v0", entry_point=Walk)
-    if os.environ.get("RLPAR_TEST_SEED_MARK") and "runtime.seed=1" in " ".join(
+    crash = os.environ.get("RLPAR_TEST_SEED_MARK") and "runtime.seed=1" in " ".join(
         open(f"/proc/{os.getpid()}/cmdline").read().split("\\0")
-    ):
-        raise RuntimeError("seed 1 breaks on purpose")
+    )
+    if "BreaksOnSeed-v0" not in gym.registry:
+        gym.register("BreaksOnSeed-v0", entry_point=Crashy if crash else Walk)
 """
 )
 
@@ -229,7 +282,10 @@ def test_a_multi_seed_run_from_the_command_line(tmp_path: Path) -> None:
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["seeds"] == [0, 1, 2] and report["crashed"] == [1]
     by_seed = {r["seed"]: r for r in report["rows"]}
-    assert "seed 1 breaks on purpose" in by_seed[1]["error"]
+    # The exception itself, not the note after it nor the log line before its traceback.
+    crash = "exit 1: RuntimeError: deliberate crash of run seed 1"
+    assert by_seed[1]["error"] == crash
+    assert f"seed 1: crashed: {crash}" in proc.stderr
     for seed in (0, 2):
         row = by_seed[seed]
         assert row["status"] == "ok" and row["env_steps"] >= 2000
@@ -242,7 +298,7 @@ def test_a_multi_seed_run_from_the_command_line(tmp_path: Path) -> None:
     assert saved["eval_return"] == report["eval_return"] and saved["eval_return"]["n"] == 2
     returns = [by_seed[s]["eval_return"] for s in (0, 2)]
     assert saved["eval_return"]["mean"] == pytest.approx(np.mean(returns))
-    assert "| 1 | crashed:" in (parent / "aggregate.md").read_text()
+    assert f"| 1 | crashed: {crash} |" in (parent / "aggregate.md").read_text()
     assert not list(parent.glob(".*.tmp-*")), "a temporary file was left behind"
 
 

@@ -12,11 +12,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from rlpar.app.experiment import load_experiment
-from rlpar.app.sweep import METRIC, load_space, ranked
+from rlpar.app.sweep import METRIC, _rows, load_space, ranked
 from rlpar.checkpoint import latest_checkpoint
 from rlpar.config import ConfigError
 
@@ -28,6 +29,16 @@ SMALL = [
     "runtime.num_actors=1", "eval.interval_env_steps=4000", "eval.interval_episodes=5",
     "eval.episodes=10",
 ]  # fmt: skip
+
+
+def needs_tune() -> None:
+    """Skip the test unless Ray Tune imports. Ray without its "tune" extra raises ImportError
+    for ``ray.tune`` (its dependencies are missing, not the module), which
+    ``pytest.importorskip`` does not skip."""
+    try:
+        import ray.tune  # noqa: F401
+    except ImportError as e:
+        pytest.skip(f'needs Ray Tune (pip install "rlpar[sweep]"): {e}')
 
 
 def space(tmp_path: Path, text: str) -> Path:
@@ -142,6 +153,19 @@ def test_trials_rank_finished_first_then_stopped_then_crashed() -> None:
     assert [r["trial"] for r in ranked(rows)] == [3, 2, 0, 4, 1]
 
 
+def test_a_crashed_trial_is_reported_by_its_exception_line() -> None:
+    """Not by the note rlpar adds after an exception raised in one of its threads."""
+    error = RuntimeError(
+        "ray::_trial() (pid=7, ip=127.0.0.1)\n"
+        '  File "rlpar/app/sweep.py", line 330, in _trial\n'
+        "RuntimeError: deliberate crash of a trial\n"
+        "(raised in rlpar thread 'actor-0 (env Crashy-v0)'; the run was stopped)"
+    )
+    result = SimpleNamespace(metrics={}, config={}, error=error)
+    (row,) = _rows([result], SimpleNamespace(dimensions=[], scheduler="asha"))
+    assert row["status"] == "crashed: RuntimeError: deliberate crash of a trial"
+
+
 def _group_alive(pgid: int) -> list[int]:
     """Processes of group ``pgid`` that still run (a killed zombie not yet reaped does not)."""
     alive = []
@@ -195,7 +219,7 @@ def _sweep(tmp_path: Path, space_path: Path, timeout: float = 240) -> tuple[list
 def test_a_two_trial_sweep_ranks_stops_the_trailing_trial_and_writes_the_best(
     tmp_path: Path,
 ) -> None:
-    pytest.importorskip("ray.tune")
+    needs_tune()
     path = space(
         tmp_path,
         "[sweep]\nmax_concurrent = 1\ngrace_env_steps = 4000\n"
@@ -231,7 +255,7 @@ def test_a_two_trial_sweep_ranks_stops_the_trailing_trial_and_writes_the_best(
 def test_pbt_continues_the_trailing_trial_from_the_leaders_exact_checkpoint(
     tmp_path: Path,
 ) -> None:
-    pytest.importorskip("ray.tune")
+    needs_tune()
     path = space(
         tmp_path,
         '[sweep]\nscheduler = "pbt"\nperturbation_env_steps = 10000\nquantile_fraction = 0.5\n'
@@ -325,7 +349,7 @@ def test_bad_sweep_options_exit_2_naming_the_option(
 def test_a_ray_address_nobody_answers_at_fails_fast_and_leaves_no_sweep_dir(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("ray.tune")
+    needs_tune()
     import socket
 
     from rlpar.app.cli import main

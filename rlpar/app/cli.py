@@ -382,11 +382,8 @@ def _run_seeds(args: argparse.Namespace) -> int:
             logdir=args.logdir,
             ray_address=args.ray,
             cpus_per_seed=args.cpus_per_seed,
-            on_done=lambda row: log.info(
-                "seed %s: %s", row["seed"], row["status"] if row["status"] != "ok" else
-                f"evaluated return {row['eval_return']}, {row['wall_s']:.1f} s"
-            ),
-        )  # fmt: skip
+            on_done=lambda row: log.info("seed %s: %s", row["seed"], _seed_outcome(row)),
+        )
     except ConnectionError as e:  # no Ray cluster answers at --ray ADDRESS
         return _error("train", e, 1)
     except (ConfigError, ValueError, OSError) as e:
@@ -397,6 +394,12 @@ def _run_seeds(args: argparse.Namespace) -> int:
         print((parent / "aggregate.md").read_text(), end="")
         print(f"runs and aggregate.json: {parent}")
     return 0 if not agg["crashed"] else 1
+
+
+def _seed_outcome(row: dict) -> str:
+    if row["status"] != "ok":
+        return f"{row['status']}: {row.get('error', '')}"
+    return f"evaluated return {row['eval_return']}, {row['wall_s']:.1f} s"
 
 
 def _train_text(s: dict) -> str:

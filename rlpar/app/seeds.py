@@ -10,9 +10,10 @@
         aggregate.md          the same as a Markdown table
 
 The seeds run one after another, or ``parallel`` at a time, each in a child ``rlpar train``
-process. A seed whose run fails is reported as crashed (with its error's last line) and the
-others still run. Across seeds: the mean, the interquartile mean (the mean of the middle half,
-less moved by one outlier seed than the mean) and a 95 % percentile-bootstrap confidence
+process that imports this process's rlpar (`rlpar_command`). A seed whose run fails is
+reported as crashed (with its exception line, `error_line`) and the others still run. Across
+seeds: the mean, the interquartile mean (the mean of the middle half, less moved by one
+outlier seed than the mean) and a 95 % percentile-bootstrap confidence
 interval of the mean, of the evaluated return (the final evaluation's first policy; each
 further policy of ``eval.policies``, e.g. greedy beside sampled, gets the same statistics of its
 own) and of the time to the target return (over the seeds that reached it, with how many did).
@@ -26,7 +27,6 @@ import json
 import math
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -37,10 +37,12 @@ import numpy as np
 from rlpar.app.experiment import Experiment, load_experiment
 from rlpar.app.train import make_run_dir, write_atomically
 from rlpar.config import ConfigError, is_ray_address
+from rlpar.runtime.child_command import rlpar_command
 
 __all__ = [
     "aggregate",
     "bootstrap_ci",
+    "error_line",
     "format_aggregate",
     "iqm",
     "parse_seeds",
@@ -51,6 +53,9 @@ __all__ = [
 ]
 
 _RANGE = re.compile(r"(\d+)-(\d+)")
+_TRACEBACK = "Traceback (most recent call last):"
+# "RuntimeError: message", "ray.exceptions.RayTaskError(ValueError): message", "KeyboardInterrupt"
+_EXCEPTION_LINE = re.compile(r"([A-Za-z_][\w.]*)?(Error|Exception|Interrupt|Exit)(\(\w+\))?(:|$)")
 MAX_SEEDS = 1000
 
 
@@ -233,15 +238,26 @@ def _row(seed: int, summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _child_command(config: str, overrides: Sequence[str], seed: int, run_dir: Path) -> list[str]:
-    cmd = [sys.executable, "-m", "rlpar", "train", config, "--quiet", "--json"]
+    cmd = ["train", config, "--quiet", "--json"]
     for o in (*overrides, f"runtime.seed={seed}"):
         cmd += ["--set", o]
-    return [*cmd, "--run-dir", str(run_dir)]
+    return rlpar_command(*cmd, "--run-dir", str(run_dir))
 
 
-def _last_line_error(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else "no output"
+def error_line(text: str) -> str:
+    """The line of ``text`` (a child's log, or the text of a Ray task's error) that says what
+    went wrong: the exception line of its last traceback (``RuntimeError: message``, not the
+    notes or log lines printed after it), else its last line that reads like one, else its
+    last line ("no output" if none); at most 300 characters."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    tracebacks = [i for i, line in enumerate(lines) if line.startswith(_TRACEBACK)]
+    if tracebacks:
+        # A traceback's frames are indented; the exception line is the first that is not.
+        after = lines[tracebacks[-1] + 1 :]
+        if (line := next((x for x in after if not x[:1].isspace()), None)) is not None:
+            return line[:300]
+    named = [line for line in lines if _EXCEPTION_LINE.match(line)]
+    return (named or lines or ["no output"])[-1][:300]
 
 
 def run_seeds(
@@ -386,8 +402,8 @@ def _seeds_on_ray(
                 seed = running.pop(ref)
                 try:
                     rows[seed] = _row(seed, ray.get(ref))
-                except Exception as e:  # the task's error: its traceback, the error last
-                    error = _last_line_error(str(e))
+                except Exception as e:  # the task's error: its traceback and exception
+                    error = error_line(str(e))
                     rows[seed] = {"seed": seed, "status": "crashed", "error": error}
                 if on_done is not None:
                     on_done(rows[seed])
@@ -399,13 +415,13 @@ def _seeds_on_ray(
 
 def _finished(seed: int, proc: subprocess.Popen, log_path: Path) -> dict[str, Any]:
     """The row of a child that ended: its summary (the last line of its ``--json`` output),
-    or "crashed" with the last line of its log."""
+    or "crashed" with the exception line of its log."""
     return _seed_row(seed, log_path, proc.returncode)
 
 
 def _seed_row(seed: int, log_path: Path, returncode: int | None) -> dict[str, Any]:
     """A seed's row from its files: ``seed-N.json``'s summary line, or "crashed" with the
-    last line of ``seed-N.log`` (``returncode`` None: not known, only the files say)."""
+    exception line of ``seed-N.log`` (``returncode`` None: not known, only the files say)."""
     summary = log_path.with_suffix(".json")
     lines = summary.read_text(errors="replace").strip().splitlines() if summary.is_file() else []
     if returncode in (0, None) and lines:
@@ -413,7 +429,7 @@ def _seed_row(seed: int, log_path: Path, returncode: int | None) -> dict[str, An
             return _row(seed, json.loads(lines[-1]))
         except (json.JSONDecodeError, KeyError):
             pass
-    error = _last_line_error(log_path.read_text(errors="replace")) if log_path.is_file() else ""
+    error = error_line(log_path.read_text(errors="replace")) if log_path.is_file() else ""
     exit_text = "no summary" if returncode is None else f"exit {returncode}"
     return {"seed": seed, "status": "crashed", "error": f"{exit_text}: {error}"}
 

@@ -74,7 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from rlpar.app.experiment import apply_overrides, load_experiment, read_toml, to_toml, toml_value
-from rlpar.app.seeds import write_atomically
+from rlpar.app.seeds import error_line, write_atomically
 from rlpar.app.train import make_run_dir
 from rlpar.config import ConfigError, is_ray_address
 
@@ -572,8 +572,7 @@ def _rows(grid: Any, spec: SweepSpec) -> list[dict[str, Any]]:
             "ended_at": m.get("reported_at"),
         }
         if result.error is not None:
-            lines = [x for x in str(result.error).strip().splitlines() if x.strip()]
-            row["status"] = f"crashed: {lines[-1][:300] if lines else 'no message'}"
+            row["status"] = f"crashed: {error_line(str(result.error))}"
         elif m.get("final"):
             row["status"] = "finished"
         elif spec.scheduler == "pbt":  # PBT stops no trial: this one did not report its end

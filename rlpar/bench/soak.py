@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from rlpar.runtime.child_command import rlpar_command
 
 __all__ = ["PATHS", "bench_soak", "rss_growth"]
 
@@ -86,8 +87,7 @@ def _soak_one(env_id: str, seconds: float, interval_s: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="rlpar-soak-") as tmp:
         config = Path(tmp) / "soak.toml"
         config.write_text(_EXPERIMENT.format(env_id=env_id, seconds=seconds))
-        cmd = [sys.executable, "-m", "rlpar", "train", str(config), "--quiet"]
-        cmd += ["--logdir", str(Path(tmp) / "runs")]
+        cmd = rlpar_command("train", str(config), "--quiet", "--logdir", str(Path(tmp) / "runs"))
         log_file = Path(tmp) / "stderr.log"
         samples: list[tuple[float, float]] = []
         with open(log_file, "wb") as stderr:
@@ -107,7 +107,7 @@ def _soak_one(env_id: str, seconds: float, interval_s: float) -> dict[str, Any]:
                 proc.wait()
         if proc.returncode != 0:
             tail = log_file.read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"rlpar bench soak: {' '.join(cmd)} failed:\n{tail}")
+            raise RuntimeError(f"rlpar bench soak: rlpar train of {env_id} failed:\n{tail}")
         (summary_file,) = (Path(tmp) / "runs" / "soak").glob("*/summary.json")
         summary = json.loads(summary_file.read_text())
     wall, steps = float(summary["wall_s"]), int(summary["env_steps"])
