@@ -42,7 +42,6 @@ import json
 import math
 import os
 import re
-import secrets
 import struct
 import time
 from collections.abc import Sequence
@@ -52,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlpar.files import atomic_path, temp_name_pattern
 from rlpar.nn import aligned_zeros
 
 if TYPE_CHECKING:
@@ -76,7 +76,8 @@ _MAGIC = b"RLPARCKP"
 _PREFIX = struct.Struct("<8sIQQ")  # magic, version, meta_len, data_len; then the 32-byte digest
 _HEADER_SIZE = _PREFIX.size + 32
 _NAME = re.compile(r"ckpt-(\d+)\.rlpar")
-_TEMP = re.compile(r"\.ckpt-\d+\.rlpar\.[0-9a-f]+\.tmp")
+# `atomic_path`'s temporary files, and those of rlpar 0.1.0 (``.<name>.<random>.tmp``).
+_TEMP = re.compile(temp_name_pattern(r"ckpt-\d+", ".rlpar") + r"|\.ckpt-\d+\.rlpar\.[0-9a-f]+\.tmp")
 #: A temporary file older than this is what a killed writer left (a write takes well under it).
 STALE_TEMP_S = 60.0
 
@@ -130,29 +131,21 @@ def save_checkpoint(path: str | os.PathLike[str], ckpt: Checkpoint) -> Path:
 
     The bytes go to a uniquely named temporary file in the same directory (created if needed),
     which is fsynced and then renamed over ``path``, and the directory is fsynced. A reader sees
-    the old file or the new one, never a mix; on any error the temporary file is removed (only a
-    killed process leaves one, named ``.<name>.<random>.tmp``: `prune_checkpoints`, called after
-    every save and when a run starts, removes those older than `STALE_TEMP_S`).
+    the old file or the new one, never a mix (`rlpar.files.atomic_path`); on any error the
+    temporary file is removed (only a killed process leaves one, ``.<stem>.<random>.tmp.rlpar``:
+    `prune_checkpoints`, called after every save and when a run starts, removes those older than
+    `STALE_TEMP_S`).
     Raises ``ValueError``/``TypeError`` (before touching the disk) if ``ckpt`` is malformed.
     """
     path = Path(path)
     data = _encode(ckpt)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    # 0o666 lets the umask decide the final file's mode, as for any other file (mkstemp: 0o600).
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    replaced = False
-    try:
-        with open(fd, "wb") as f:
+    with atomic_path(path, durable=True) as tmp:
+        # 0o666 lets the umask decide the final file's mode, as for any other file (mkstemp:
+        # 0o600).
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+        with open(os.open(tmp, flags, 0o666), "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        replaced = True
-    finally:
-        if not replaced:
-            tmp.unlink(missing_ok=True)
-    _fsync_directory(path.parent)
     return path
 
 
@@ -242,19 +235,6 @@ def _checkpoints(directory: Path) -> list[Path]:
         if match and path.is_file():
             steps[path] = int(match.group(1))
     return sorted(steps, key=steps.__getitem__)
-
-
-def _fsync_directory(directory: Path) -> None:
-    # Makes the rename itself durable. Some platforms (Windows) cannot open a directory; the
-    # rename is still atomic there.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _encode(ckpt: Checkpoint) -> bytes:

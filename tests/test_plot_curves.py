@@ -118,4 +118,4 @@ def test_rlpar_plot_draws_the_image(tmp_path) -> None:
     with Image.open(out) as image:
         width, height = image.size
         assert width > 2 * height > 0  # two panels side by side
-    assert not list(tmp_path.glob(".curves.tmp-*"))
+    assert not list(tmp_path.glob(".curves.*.tmp*"))

@@ -299,7 +299,7 @@ def test_a_multi_seed_run_from_the_command_line(tmp_path: Path) -> None:
     returns = [by_seed[s]["eval_return"] for s in (0, 2)]
     assert saved["eval_return"]["mean"] == pytest.approx(np.mean(returns))
     assert f"| 1 | crashed: {crash} |" in (parent / "aggregate.md").read_text()
-    assert not list(parent.glob(".*.tmp-*")), "a temporary file was left behind"
+    assert not list(parent.glob(".*.tmp*")), "a temporary file was left behind"
 
 
 def test_bad_seed_options_are_one_line_errors(tmp_path: Path) -> None:

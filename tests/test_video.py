@@ -159,7 +159,7 @@ def test_a_gif_holds_the_envs_renders_of_every_episode(tmp_path: Path) -> None:
     assert len(frames) == len(want)
     for got, expected in zip(frames, want, strict=True):
         np.testing.assert_array_equal(got, expected)
-    assert not list(tmp_path.glob(".video.tmp-*"))
+    assert not list(tmp_path.glob(".video.*.tmp*"))
 
 
 def test_an_mp4_is_written_and_decodes_to_the_frames(tmp_path: Path) -> None:

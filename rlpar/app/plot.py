@@ -17,11 +17,12 @@ seconds since each run's first point. Scalars are read back with TensorBoard's o
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
+from rlpar.files import atomic_path
 
 __all__ = ["find_runs", "panel_title", "plot_groups", "read_curve", "seed_band"]
 
@@ -142,11 +143,9 @@ def plot_groups(
         ax.set_ylabel(tag)
         ax.legend(loc="lower right", fontsize="small")
     fig.tight_layout()
-    tmp = out.with_name(f".{out.stem}.tmp-{os.getpid()}{out.suffix}")
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, out)
+        with atomic_path(out) as tmp:
+            fig.savefig(tmp, dpi=120)
     finally:
         plt.close(fig)
-        tmp.unlink(missing_ok=True)
     return out

@@ -35,8 +35,9 @@ from typing import Any
 import numpy as np
 
 from rlpar.app.experiment import Experiment, load_experiment
-from rlpar.app.train import make_run_dir, write_atomically
+from rlpar.app.train import make_run_dir
 from rlpar.config import ConfigError, is_ray_address
+from rlpar.files import write_atomically
 from rlpar.runtime.child_command import rlpar_command
 
 __all__ = [
@@ -49,7 +50,6 @@ __all__ = [
     "reaggregate",
     "run_seeds",
     "train_seed",
-    "write_atomically",
 ]
 
 _RANGE = re.compile(r"(\d+)-(\d+)")

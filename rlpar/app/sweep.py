@@ -74,9 +74,10 @@ from pathlib import Path
 from typing import Any
 
 from rlpar.app.experiment import apply_overrides, load_experiment, read_toml, to_toml, toml_value
-from rlpar.app.seeds import error_line, write_atomically
+from rlpar.app.seeds import error_line
 from rlpar.app.train import make_run_dir
 from rlpar.config import ConfigError, is_ray_address
+from rlpar.files import write_atomically
 
 __all__ = ["KINDS", "Dimension", "SweepSpec", "load_space", "ranked", "run_sweep"]
 

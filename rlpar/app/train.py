@@ -19,7 +19,6 @@ import importlib
 import itertools
 import json
 import logging
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from rlpar.app.clips import TrainingClips
 from rlpar.app.experiment import Experiment, to_toml
 from rlpar.app.monitor import TensorBoardMonitor
 from rlpar.app.progress import make_display
+from rlpar.files import write_atomically
 from rlpar.runtime import Progress, Runner, RunResult
 
 __all__ = ["Training", "load_env_plugins", "make_run_dir"]
@@ -62,13 +62,6 @@ def make_run_dir(root: Path, prefix: str = "") -> Path:
         except FileExistsError:
             continue
     raise AssertionError("unreachable")
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it to ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 class Training:

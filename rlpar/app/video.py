@@ -22,6 +22,7 @@ import numpy as np
 
 from rlpar.app.evaluate import load_policy
 from rlpar.app.frames import encode_gif, encode_progress, play_episodes, render_env
+from rlpar.files import atomic_path
 
 __all__ = ["FORMATS", "VideoResult", "record_video", "write_frames"]
 
@@ -50,26 +51,22 @@ def _check_out(out: Path) -> None:
 
 def write_frames(frames: list[np.ndarray], out: Path, fps: int) -> None:
     """Encode ``frames`` (uint8 [H, W, 3] each) into ``out`` (.gif or .mp4), atomically."""
-    tmp = out.with_name(f".{out.stem}.tmp-{os.getpid()}{out.suffix}")
-    try:
+    with atomic_path(out) as tmp:
         if out.suffix.lower() == ".gif":
             tmp.write_bytes(encode_gif(frames, fps, out.name))
-        else:
-            try:
-                import imageio.v2 as imageio
-            except ImportError:
-                raise ValueError(
-                    '--video: .mp4 needs imageio and imageio-ffmpeg: pip install "rlpar[video]"'
-                ) from None
-            # The ffmpeg plugin's writer (imageio types get_writer as its base class).
-            with cast(Any, imageio.get_writer(tmp, fps=fps, macro_block_size=1)) as writer:
-                for i, f in enumerate(frames):
-                    encode_progress(out.name, i, len(frames))
-                    writer.append_data(f)
-                encode_progress(out.name, len(frames), len(frames))
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+            return
+        try:
+            import imageio.v2 as imageio
+        except ImportError:
+            raise ValueError(
+                '--video: .mp4 needs imageio and imageio-ffmpeg: pip install "rlpar[video]"'
+            ) from None
+        # The ffmpeg plugin's writer (imageio types get_writer as its base class).
+        with cast(Any, imageio.get_writer(tmp, fps=fps, macro_block_size=1)) as writer:
+            for i, f in enumerate(frames):
+                encode_progress(out.name, i, len(frames))
+                writer.append_data(f)
+            encode_progress(out.name, len(frames), len(frames))
 
 
 def record_video(
