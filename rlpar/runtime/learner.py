@@ -330,7 +330,7 @@ class Learner:
         then takes the GIL once every `LEARN_LOOP_S` instead of once a step, each time it
         would have cost the actor a round trip. Beside such actors, with ``learn`` in Python
         the Python take is kept: there the native one measured no faster
-        (experiments/RESULTS.md, "The learner's take in native calls")."""
+        (docs/performance.md, "The actor loop and the learner's take in native calls")."""
         from rlpar.runtime.actor import Actor  # the actors' module imports this one
 
         if self.deterministic or not actors or not all(isinstance(a, Actor) for a in actors):
