@@ -415,3 +415,23 @@ def test_progress_on_a_terminal_is_a_live_bar(tmp_path: Path) -> None:
     assert json.loads(out.strip().splitlines()[-1])["env_steps"] >= 5000
     status, out, term = run_on_a_terminal(tmp_path, "train", IMPALA, *TINY, "--quiet")
     assert status == 0 and term == "" and out.startswith("mean return")
+
+
+def test_the_module_docstring_and_the_help_list_every_command() -> None:
+    """A newcomer reads the command list at the top of rlpar/app/cli.py and in ``--help``: both
+    name every subcommand and every benchmark the parser has."""
+    import argparse
+
+    from rlpar.app import cli
+    from rlpar.bench.catalogue import BENCHES
+
+    parser = cli.build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    doc = cli.__doc__ or ""
+    for name in commands.choices:
+        assert f"rlpar {name} " in doc, name
+    for bench in BENCHES:
+        assert f"rlpar bench {bench.name} " in doc, bench.name
+    bench_help = commands.choices["bench"].format_help() + parser.format_help()
+    for bench in BENCHES:
+        assert bench.name in bench_help, bench.name

@@ -2,8 +2,15 @@
 
 Each subcommand is two plain functions: ``_add_<name>`` declares its options and points
 ``run`` at ``_run_<name>``, which does the work and returns the exit status. `build_parser`
-lists every subcommand in one place::
+lists every subcommand in one place; the benchmarks come from `rlpar.bench.catalogue`::
 
+    rlpar train CONFIG.toml [--set K=V ...]   train an experiment; TensorBoard, checkpoints
+            [--seeds 0-4 [--parallel N | --ray ADDR]]  one run per seed, aggregate.md
+    rlpar eval RUN_DIR|FILE.rlpar [--episodes N] [--video OUT]
+                                              play episodes with a checkpoint's policy
+    rlpar agents [CONFIG.toml] [--json]       registered agents and their config keys
+    rlpar plot GROUP [GROUP ...] [--out PNG]  learning curves of runs, a band over seeds
+    rlpar sweep CONFIG.toml --space SPACE.toml  a hyper-parameter search on Ray Tune
     rlpar bench net [--json] [--quick]        native net vs numpy and torch, threads, train step
     rlpar bench snapshot [--json] [--quick]   snapshot store: pin/unpin, publish vs memcpy
     rlpar bench gil [--json] [--quick]        from which batch releasing the GIL pays off
@@ -12,25 +19,23 @@ lists every subcommand in one place::
     rlpar bench ray [--json] [--quick]        threads vs Ray backend, same actors (needs rlpar[ray])
     rlpar bench scaling [--threads 1,2,4,8,16] [--json] [--quick]
                                               throughput at 1..N threads: net, snapshot, actors
-    rlpar train CONFIG.toml [--set K=V ...]   train an experiment; TensorBoard, checkpoints
-    rlpar eval CHECKPOINT [--episodes N]      play episodes with a checkpoint's policy
-    rlpar agents [CONFIG.toml] [--json]       registered agents and their config keys
+    rlpar bench soak [--seconds S] [--json]   memory of a long rlpar train, growth per 1M steps
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import logging
 import re
 import sys
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
+
+from rlpar.bench.catalogue import BENCHES, Bench
+from rlpar.bench.catalogue import load as load_bench
 
 __all__ = ["build_parser", "main"]
 
@@ -67,109 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
 # ------------------------------------------------------------------------------------- bench
 
 
-@dataclass(frozen=True)
-class _Bench:
-    """One ``rlpar bench`` subcommand. ``measure`` and ``table`` are "module:function" in
-    `rlpar.bench`, imported only when the subcommand runs (``rlpar train`` imports no
-    benchmark code); ``table=None`` prints the result as indented JSON."""
-
-    name: str
-    help: str
-    description: str
-    measure: str
-    table: str | None = None
-    threads: bool = False  # takes --threads N,N,.. (passed as the first argument)
-    seconds: float | None = None  # takes --seconds S (this default), passed as ``seconds``
-
-
-_BENCHES = (
-    _Bench(
-        "net",
-        "native net vs numpy and torch twins, thread scaling, training step",
-        "Forward latency of the native net against numpy and torch twins with the same "
-        "weights (an MLP and a Nature-DQN conv net), forwards/s of 1 and 2 Python threads with "
-        "the GIL released or held, and one RMSProp training step against torch. torch entries "
-        "appear only when torch is installed. Takes about a minute.",
-        "net:bench_net",
-        "net:format_net",
-    ),
-    _Bench(
-        "snapshot",
-        "snapshot store: pin/unpin cost, publish vs memcpy",
-        "Pin + unpin while another thread publishes, and publish against a plain memcpy of the "
-        "same size (timed natively), plus a pin + release from Python.",
-        "net:bench_snapshot",
-        "net:format_snapshot",
-    ),
-    _Bench(
-        "gil",
-        "from which batch size releasing the GIL pays off",
-        "For the MLP at batches 1..64: forwards/s of 1 and 2 Python threads with the GIL "
-        "released and held, to set the release threshold (rlpar.set_gil_release_threshold) "
-        "from data. Takes about half a minute.",
-        "net:bench_gil_threshold",
-        "net:format_gil_threshold",
-    ),
-    _Bench(
-        "runtime",
-        "env steps/s of the actor/learner runtime",
-        "gymnasium CartPole-v1 with the IMPALA mlp policy: env steps/s with 1 and 2 actor "
-        "threads, the learner idle (in its native loop, and taking batches in Python) and busy "
-        "training, beside one thread stepping the same vector env alone; MinAtar Breakout "
-        '"sync" with a conv policy the same way, and with double buffering, where MinAtar is '
-        "installed. Takes about 2 minutes.",
-        "runtime:bench_runtime",
-    ),
-    _Bench(
-        "envs",
-        "native envs vs gymnasium (and EnvPool when installed)",
-        "64 CartPoles: env-only stepping of rlpar's native envs, gymnasium and EnvPool (when "
-        "importable), and actor loops with 1 and 2 threads on Python envs, native envs and the "
-        "fused native unroll.",
-        "envs:bench_envs",
-    ),
-    _Bench(
-        "ray",
-        "env steps/s and policy lag: threads vs Ray backend (needs rlpar[ray])",
-        "cartpole_impala with the same number of actors on the threads backend and on a local "
-        "Ray instance (127.0.0.1 only): env steps/s and mean policy lag.",
-        "ray:bench_ray",
-    ),
-    _Bench(
-        "scaling",
-        "throughput at 1, 2, 4, ... threads: net forward, snapshot pins, actors, runtime",
-        "For each thread count: forwards/s of threads sharing one net (GIL released), snapshot "
-        "pins/s of native readers while one thread publishes, env steps/s of actor threads on "
-        "Python and fused native envs, and of the whole runtime with that many actors. Takes "
-        "about 30 s per thread count with the default budget.",
-        "scaling:bench_scaling",
-        "scaling:format_scaling",
-        threads=True,
-    ),
-    _Bench(
-        "soak",
-        "RSS of a long rlpar train: growth per million env steps",
-        "Runs `rlpar train` (IMPALA CartPole, no target, TensorBoard and periodic "
-        "evaluations on) for --seconds on gymnasium's CartPole and on rlpar's native one, "
-        "samples the process's resident memory, and reports its growth per million env steps "
-        "after a warm-up (the first quarter). Takes twice --seconds.",
-        "soak:bench_soak",
-        seconds=300.0,
-    ),
-)
-
-
 def _add_bench(commands: argparse._SubParsersAction) -> None:
     bench_parser = commands.add_parser(
         "bench",
-        help="measure speed (net, snapshot, gil)",
+        help="measure speed (" + ", ".join(b.name for b in BENCHES) + ")",
         description="Benchmarks. Compared configurations run side by side, alternating; "
         "figures are medians of repeats.",
     )
     benches = bench_parser.add_subparsers(
         dest="bench", required=True, metavar="BENCH", title="benchmarks"
     )
-    for bench in _BENCHES:
+    for bench in BENCHES:
         p = benches.add_parser(bench.name, help=bench.help, description=bench.description)
         if bench.threads:
             p.add_argument(
@@ -195,16 +108,11 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
         p.set_defaults(run=_run_bench, bench_entry=bench)
 
 
-def _bench_function(ref: str) -> Callable[..., Any]:
-    module, _, function = ref.partition(":")
-    return getattr(importlib.import_module(f"rlpar.bench.{module}"), function)
-
-
 def _run_bench(args: argparse.Namespace) -> int:
-    bench: _Bench = args.bench_entry
-    measure = _bench_function(bench.measure)
+    bench: Bench = args.bench_entry
+    measure = load_bench(bench.measure)
     if bench.threads:
-        parse_threads = _bench_function(f"{bench.measure.partition(':')[0]}:parse_threads")
+        parse_threads = load_bench(f"{bench.measure.partition(':')[0]}:parse_threads")
         try:
             threads = parse_threads(args.threads)
         except ValueError as exc:
@@ -226,7 +134,7 @@ def _run_bench(args: argparse.Namespace) -> int:
     elif bench.table is None:
         print(json.dumps(result, indent=2))
     else:
-        print(_bench_function(bench.table)(result))
+        print(load_bench(bench.table)(result))
     return 0
 
 
