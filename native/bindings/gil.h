@@ -65,6 +65,7 @@ struct GilMeter {
   int64_t wait_ns = 0;          // inside the re-take: another thread held the GIL
   int64_t calls = 0;            // calls that released the GIL
   bool last_was_long = false;   // the previous released call took over kCpuClockAfterNs
+  bool call_reads_cpu = false;  // the released call in progress read the CPU clock at its start
 };
 
 inline GilMeter& thread_gil_meter() {
@@ -114,7 +115,11 @@ class CallScope {
     if (release) {
       released_.emplace();
       released_at_ = now_ns();
-      if (blocking || thread_gil_meter().last_was_long) released_cpu_at_ = thread_cpu_ns();
+      // A call that runs Python layers reads the clock: their CPU time is told apart from the
+      // call's (PythonScope), and such a call is long anyway.
+      GilMeter& meter = thread_gil_meter();
+      if (blocking || runs_python || meter.last_was_long) released_cpu_at_ = thread_cpu_ns();
+      meter.call_reads_cpu = released_cpu_at_ >= 0;
     }
   }
   ~CallScope() {
@@ -156,8 +161,11 @@ class PythonScope {
  public:
   PythonScope() : inside_release_(PyGILState_Check() == 0) {
     if (inside_release_) {
+      // A call that did not read the CPU clock counts its wall time as CPU time: so then
+      // does its Python part.
+      by_wall_ = !thread_gil_meter().call_reads_cpu;
       start_ns_ = now_ns();
-      start_cpu_ns_ = thread_cpu_ns();
+      start_cpu_ns_ = by_wall_ ? 0 : thread_cpu_ns();
     }
     gil_.emplace();
     if (inside_release_) acquired_ns_ = now_ns();
@@ -166,8 +174,9 @@ class PythonScope {
     gil_.reset();  // lets go of the GIL before the clocks are read
     if (!inside_release_) return;
     GilMeter& meter = thread_gil_meter();
-    meter.released_ns -= now_ns() - start_ns_;
-    meter.released_cpu_ns -= thread_cpu_ns() - start_cpu_ns_;
+    const int64_t wall = now_ns() - start_ns_;
+    meter.released_ns -= wall;
+    meter.released_cpu_ns -= by_wall_ ? wall : thread_cpu_ns() - start_cpu_ns_;
     meter.wait_ns += acquired_ns_ - start_ns_;
   }
   PythonScope(const PythonScope&) = delete;
@@ -175,6 +184,7 @@ class PythonScope {
 
  private:
   bool inside_release_;
+  bool by_wall_ = false;
   int64_t start_ns_ = 0, start_cpu_ns_ = 0, acquired_ns_ = 0;
   std::optional<py::gil_scoped_acquire> gil_;
 };
