@@ -64,9 +64,11 @@ def on_threads(*bodies) -> list:
 def test_a_python_thread_holds_the_gil_and_a_native_one_does_not() -> None:
     (py,) = on_threads(python_only)
     (native,) = on_threads(native_calls)
-    assert py.shares()["held"] > 0.6 and py.native_s == 0.0
+    # All of a Python thread's CPU time is held (its share of the wall time is what the machine
+    # gave it: on a loaded one, less); a native one holds a little and is native most of the time.
+    assert py.held_s > 0.9 * py.cpu_s and py.native_s == 0.0, py
     shares = native.shares()
-    assert shares["held"] < 0.2 and shares["native"] > 0.6, shares
+    assert native.held_s < 0.2 * native.cpu_s and shares["native"] > 0.6, native
 
 
 def test_threads_together_never_hold_more_than_the_whole_gil() -> None:
