@@ -14,7 +14,6 @@ for each learner step:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 import rlpar
 
@@ -25,11 +24,6 @@ from .common import ActorCriticAgent, ActorCriticConfig, NetConfig, OptimConfig
 class A3CConfig(ActorCriticConfig):
     """A3C hyper-parameters."""
 
-    # The A3C paper's names, read with a deprecation warning; IMPALA's are the names now.
-    renamed_keys: ClassVar[dict[str, str]] = {
-        "value_coef": "baseline_cost",
-        "entropy_coef": "entropy_cost",
-    }
     net: NetConfig = field(default_factory=NetConfig)
     """The network torso."""
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -37,9 +31,7 @@ class A3CConfig(ActorCriticConfig):
 
 
 class A3C(ActorCriticAgent):
-    """Advantage actor-critic on n-step returns (no off-policy correction). The keys
-    `value_coef` and `entropy_coef` are now `baseline_cost` and `entropy_cost`, as IMPALA's
-    (the old names still work, with a deprecation warning)."""
+    """Advantage actor-critic on n-step returns (no off-policy correction)."""
 
     Config = A3CConfig
 

@@ -11,7 +11,6 @@ value to the native core (whose binding has no defaults), so the ones written in
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -63,18 +62,6 @@ class LossOptions:
         check_field_types(self)  # LossOptions(gamma="x") fails here, naming the field
 
 
-# The keywords actor_critic_loss took before LossOptions, and the option each one now is.
-_KEYWORDS = {
-    "gamma": "gamma",
-    "importance_weighting": "importance_weighting",
-    "rho_bar": "rho_bar",
-    "c_bar": "c_bar",
-    "pg_rho_bar": "pg_rho_bar",
-    "value_coef": "baseline_cost",
-    "entropy_coef": "entropy_cost",
-}
-
-
 def actor_critic_loss(
     out: np.ndarray,
     behaviour: np.ndarray,
@@ -90,7 +77,6 @@ def actor_critic_loss(
     value_col: int,
     log_std_begin: int = 0,
     options: LossOptions | None = None,
-    **deprecated: float,
 ) -> tuple[np.ndarray, dict[str, float]]:
     """Loss gradient ``dout`` float32 [T+1, N, O] and scalar metrics.
 
@@ -100,11 +86,8 @@ def actor_critic_loss(
     - ``rewards``: float32 [T, N]; ``terminated``, ``truncated``, ``mask``: bool [T, N]
     - ``policy`` .. ``log_std_begin``: where the policy and the value sit in a row of ``out``
     - ``options``: `LossOptions` (None: its defaults).
-
-    The options as keywords (``gamma=``, ``value_coef=``, ...), as before `LossOptions`, still
-    work, with a DeprecationWarning naming the option each one is now.
     """
-    options = _options(options, deprecated)
+    options = LossOptions() if options is None else options
     return _native.actor_critic_loss(
         out, behaviour, actions, rewards, terminated, truncated, mask,
         policy=policy, policy_begin=policy_begin, num_actions=num_actions,
@@ -113,29 +96,6 @@ def actor_critic_loss(
         c_bar=options.c_bar, pg_rho_bar=options.pg_rho_bar, value_coef=options.baseline_cost,
         entropy_coef=options.entropy_cost,
     )  # fmt: skip
-
-
-def _options(options: LossOptions | None, keywords: dict[str, float]) -> LossOptions:
-    """``options``, or the `LossOptions` that the old-style ``keywords`` spell (warning)."""
-    unknown = sorted(set(keywords) - set(_KEYWORDS))
-    if unknown:
-        raise TypeError(f"actor_critic_loss() got an unexpected keyword argument {unknown[0]!r}")
-    if not keywords:
-        return LossOptions() if options is None else options
-    if options is not None:
-        raise TypeError(
-            f"actor_critic_loss: pass the loss options in options=LossOptions(...) only, not "
-            f"also as keywords ({', '.join(keywords)})"
-        )
-    new = {_KEYWORDS[k]: v for k, v in keywords.items()}
-    spelled = ", ".join(f"{k}={v!r}" for k, v in new.items())
-    warnings.warn(
-        f"actor_critic_loss({', '.join(f'{k}=...' for k in keywords)}) is deprecated: pass "
-        f"options=rlpar.LossOptions({spelled})",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return LossOptions(**new)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

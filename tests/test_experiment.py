@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
+from rlpar.agents.a3c import A3C
 
 import rlpar
 from rlpar.app.experiment import (
@@ -200,9 +202,29 @@ def test_overrides_are_checked_like_the_file() -> None:
         load_experiment(IMPALA, ["agent.rho_bar=2.0", "agent.name=a3c"])  # IMPALA's key
 
 
-def test_an_old_key_name_still_reads_with_warnings_naming_the_new(tmp_path, caplog) -> None:
-    """A3C's value_coef and entropy_coef are IMPALA's baseline_cost and entropy_cost now."""
-    path = write(tmp_path, "[agent]\nname = 'a3c'\nentropy_coef = 0.05\nvalue_coef = 0.25\n")
+@dataclasses.dataclass(frozen=True)
+class _RenamedConfig(A3C.Config):  # type: ignore[name-defined]
+    renamed_keys: ClassVar[dict[str, str]] = {
+        "value_coef": "baseline_cost",
+        "entropy_coef": "entropy_cost",
+    }
+
+
+class _Renamed(A3C):
+    """A3C with a config that renamed two keys (a plug-in's `renamed_keys`)."""
+
+    Config = _RenamedConfig
+
+
+def test_an_old_key_name_still_reads_with_warnings_naming_the_new(
+    tmp_path, caplog, monkeypatch
+) -> None:
+    """A config's ``renamed_keys``: value_coef and entropy_coef read as baseline_cost and
+    entropy_cost, with warnings naming the new keys."""
+    rlpar.register_agent("a3c-renamed", _Renamed, overwrite=True)
+    path = write(
+        tmp_path, "[agent]\nname = 'a3c-renamed'\nentropy_coef = 0.05\nvalue_coef = 0.25\n"
+    )
     with caplog.at_level("WARNING", logger="rlpar"), pytest.warns(DeprecationWarning) as seen:
         exp = load_experiment(path)
     for old, new in (("entropy_coef", "entropy_cost"), ("value_coef", "baseline_cost")):
@@ -210,14 +232,15 @@ def test_an_old_key_name_still_reads_with_warnings_naming_the_new(tmp_path, capl
         assert message in caplog.text and message in [str(w.message) for w in seen]
     assert exp.agent.entropy_cost == 0.05 and exp.agent.baseline_cost == 0.25
     assert "entropy_coef" not in exp.to_dict()["agent"]  # a run saves the new names
-    assert load_experiment(IMPALA, ["agent.name=a3c"]).agent.entropy_cost == 0.01  # no warning
+    assert load_experiment(IMPALA, ["agent.name=a3c-renamed"]).agent.entropy_cost == 0.01
     with pytest.warns(DeprecationWarning, match="is deprecated: it is now"):
         assert load_experiment(path, ["agent.entropy_coef=0.5"]).agent.entropy_cost == 0.5
-    both = write(tmp_path, "[agent]\nname = 'a3c'\nentropy_coef = 0.1\nentropy_cost = 0.1\n")
+    both = "[agent]\nname = 'a3c-renamed'\nentropy_coef = 0.1\nentropy_cost = 0.1\n"
+    both = write(tmp_path, both)
     with pytest.raises(rlpar.ConfigError, match=r"'agent\.entropy_coef' is the old name of 'agent"):
         load_experiment(both)
     with pytest.warns(DeprecationWarning, match="it is now 'agent.baseline_cost'"):
-        agent = rlpar.make_agent("a3c", {"value_coef": 0.25})
+        agent = rlpar.make_agent("a3c-renamed", {"value_coef": 0.25})
     assert agent.loss_options == rlpar.LossOptions(baseline_cost=0.25)
 
 

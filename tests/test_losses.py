@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import warnings
 
 import loss_reference as lref
 import numpy as np
@@ -419,28 +418,6 @@ def test_every_option_reaches_the_native_core(monkeypatch, cat_batch) -> None:
         **layout, "log_std_begin": 0, "gamma": 0.9, "importance_weighting": True,
         "rho_bar": 1.1, "c_bar": 1.2, "pg_rho_bar": 1.3, "value_coef": 0.4, "entropy_coef": 0.05,
     }  # fmt: skip
-
-
-def test_the_old_keywords_still_work_and_name_the_options(cat_batch) -> None:
-    arrays, kw = cat_batch
-    layout, options = layout_and_options(kw)
-    old = {"gamma": 0.9, "importance_weighting": True, "value_coef": 0.4, "entropy_coef": 0.05}
-    with pytest.warns(DeprecationWarning, match=lit("options=rlpar.LossOptions(gamma=0.9, ")):
-        d_old, m_old = rlpar.actor_critic_loss(*(arrays[k] for k in ARRAYS), **layout, **old)
-    new = rlpar.LossOptions(gamma=0.9, importance_weighting=True, baseline_cost=0.4,
-                            entropy_cost=0.05)  # fmt: skip
-    d_new, m_new = rlpar.actor_critic_loss(*(arrays[k] for k in ARRAYS), **layout, options=new)
-    np.testing.assert_array_equal(d_old, d_new)
-    assert m_old == m_new
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no warning without the old keywords
-        rlpar.actor_critic_loss(*(arrays[k] for k in ARRAYS), **layout, options=options)
-    with pytest.raises(
-        TypeError, match=r"options=LossOptions\(\.\.\.\) only, not also as keywords"
-    ):
-        rlpar.actor_critic_loss(*(arrays[k] for k in ARRAYS), **layout, options=new, gamma=0.9)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'entropy_cost'"):
-        rlpar.actor_critic_loss(*(arrays[k] for k in ARRAYS), **layout, entropy_cost=0.1)
 
 
 def test_loss_options_check_their_types() -> None:

@@ -176,15 +176,6 @@ def actor_loop_workers(
     }
 
 
-def actor_loop_rates(
-    kinds: Sequence[str], threads: Sequence[int], budget: Budget, repeats: int
-) -> dict[str, dict[str, float]]:
-    """``{kind: {threads: env steps/s}}``: each kind at each thread count, side by side,
-    medians of ``repeats`` rounds; the workers' envs are closed after."""
-    measured = actor_loop_measures(kinds, threads, budget, repeats)
-    return {kind: {n: m["rate"] for n, m in by_n.items()} for kind, by_n in measured.items()}
-
-
 def actor_loop_measures(
     kinds: Sequence[str], threads: Sequence[int], budget: Budget, repeats: int
 ) -> dict[str, dict[str, dict[str, float]]]:
