@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from rlpar.app.experiment import load_experiment
-from rlpar.app.sweep import METRIC, _rows, load_space, ranked
+from rlpar.app.sweep import METRIC, load_space, ranked, trial_rows
 from rlpar.checkpoint import latest_checkpoint
 from rlpar.config import ConfigError
 
@@ -157,12 +157,12 @@ def test_a_crashed_trial_is_reported_by_its_exception_line() -> None:
     """Not by the note rlpar adds after an exception raised in one of its threads."""
     error = RuntimeError(
         "ray::_trial() (pid=7, ip=127.0.0.1)\n"
-        '  File "rlpar/app/sweep.py", line 330, in _trial\n'
+        '  File "rlpar/app/sweep/trials.py", line 40, in trial\n'
         "RuntimeError: deliberate crash of a trial\n"
         "(raised in rlpar thread 'actor-0 (env Crashy-v0)'; the run was stopped)"
     )
     result = SimpleNamespace(metrics={}, config={}, error=error)
-    (row,) = _rows([result], SimpleNamespace(dimensions=[], scheduler="asha"))
+    (row,) = trial_rows([result], SimpleNamespace(dimensions=[], scheduler="asha"))
     assert row["status"] == "crashed: RuntimeError: deliberate crash of a trial"
 
 
