@@ -357,7 +357,7 @@ def _seeds_in_processes(
 
 def _connect_ray(address: str) -> tuple[Any, bool]:
     try:
-        from rlpar.runtime.ray_backend import connect_ray
+        from rlpar.runtime.ray import connect_ray
 
         return connect_ray(None if address == "local" else address, what="--ray")
     except ImportError as e:

@@ -50,7 +50,7 @@ def _measure(backend: str, seconds: float) -> dict[str, float]:
 
 def bench_ray(quick: bool = False) -> dict[str, Any]:
     """``{"env_steps_per_s": {"threads": .., "ray": ..}, "policy_lag_mean": {...}, ...}``."""
-    from rlpar.runtime.ray_backend import init_local_ray  # Ray is an optional dependency
+    from rlpar.runtime.ray import init_local_ray  # Ray is an optional dependency
 
     seconds, repeats = (2.0, 1) if quick else (5.0, 3)
     # Threads first, before Ray starts: an idle Ray instance takes a few % of this machine.

@@ -8,7 +8,7 @@ final checkpoint, unless the learner failed) -> final checkpoint -> final evalua
 
 Each piece is built with what it needs and none calls back into the Runner:
 
-- `rlpar.runtime.actor.LocalActors` (or `rlpar.runtime.ray_backend.RayActors`): the actors
+- `rlpar.runtime.actor.LocalActors` (or `rlpar.runtime.ray.RayActors`): the actors
   and their envs;
 - `rlpar.runtime.stop_rules`: when the run stops (each rule, the thread that applies it, the
   order);
@@ -66,7 +66,7 @@ from rlpar.snapshot import SnapshotStore
 
 if TYPE_CHECKING:
     from rlpar.data import Rollout
-    from rlpar.runtime.ray_backend import RayActors
+    from rlpar.runtime.ray import RayActors
 
 __all__ = ["EvalPoint", "Progress", "RunResult", "Runner", "TargetCheck"]
 
@@ -372,7 +372,7 @@ def _start_backend(env: EnvConfig, cfg: RuntimeConfig) -> LocalActors | RayActor
     """The actors' envs: in this process, or in Ray actor processes (backend "ray")."""
     if cfg.backend != "ray":
         return LocalActors(env, cfg)
-    from rlpar.runtime.ray_backend import RayActors  # Ray is an optional dependency
+    from rlpar.runtime.ray import RayActors  # Ray is an optional dependency
 
     return RayActors(env, cfg)
 

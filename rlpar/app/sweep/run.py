@@ -38,7 +38,7 @@ def run_sweep(
         from ray import tune  # noqa: F401  (checked before anything is made)
     except ImportError:
         raise ConfigError('rlpar sweep needs Ray Tune: pip install "rlpar[sweep]"') from None
-    from rlpar.runtime.ray_backend import connect_ray
+    from rlpar.runtime.ray import connect_ray
 
     exp = load_experiment(config, overrides)
     if logdir is not None:
