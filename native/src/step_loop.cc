@@ -198,9 +198,12 @@ const PackedCore* StepLoop::packed() {
 }
 
 void StepLoop::run_act(int64_t t, int64_t b, int64_t e) {
-  hooks_->run_act(e - b, [this, t, b, e] {
+  // Two pointers captured: small enough for std::function to hold without an allocation.
+  const int64_t step[3] = {t, b, e};
+  hooks_->run_act(e - b, [this, &step] {
     const PackedCore* packed_core = packed();
-    act_rows(*net_, u_.params, u_.arrays, k_, t, b, e, sampler_, logits_, packed_core);
+    act_rows(*net_, u_.params, u_.arrays, k_, step[0], step[1], step[2], sampler_, logits_,
+             packed_core);
   });
 }
 
