@@ -5,6 +5,7 @@
 #include <string>
 
 #include "gil.h"
+#include "rlpar/internal/bench_snapshot.h"
 #include "snapshot_py.h"
 
 namespace py = pybind11;

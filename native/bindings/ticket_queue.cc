@@ -27,6 +27,7 @@
 #include "gil.h"
 #include "inbox_py.h"
 #include "rlpar/inbox.h"
+#include "rlpar/one_call.h"
 #include "rlpar/ticket_queue.h"
 
 namespace py = pybind11;
@@ -86,21 +87,13 @@ py::object get(TicketQueue& q, py::handle timeout) {
 }
 
 // Marks an object in use by one thread for a scope; a second thread gets a RuntimeError.
-class Busy {
+class Busy : public rlpar::OneCall {
  public:
-  Busy(std::atomic<bool>& flag, const char* what) : flag_(flag) {
-    bool idle = false;
-    if (!flag_.compare_exchange_strong(idle, true)) {
-      throw std::logic_error(std::string("RolloutInbox.") + what +
-                             ": another thread is using this inbox (one thread at a time)");
-    }
-  }
-  ~Busy() { flag_.store(false); }
-  Busy(const Busy&) = delete;
-  Busy& operator=(const Busy&) = delete;
-
- private:
-  std::atomic<bool>& flag_;
+  Busy(std::atomic<bool>& flag, const char* what)
+      : OneCall(flag, [what] {
+          return std::logic_error(std::string("RolloutInbox.") + what +
+                                  ": another thread is using this inbox (one thread at a time)");
+        }) {}
 };
 
 // rlpar::RolloutInbox over a HandOff's queue: every registered buffer's arrays are checked

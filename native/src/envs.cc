@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "rlpar/one_call.h"
 #include "rlpar/rng.h"
 
 namespace rlpar {
@@ -365,21 +366,14 @@ const EnvSpec& env_spec(const std::string& name) {
 // VecEnv
 
 // Turns a second, concurrent call on the same VecEnv into an error instead of a data race.
-class VecEnvGuard {
+class VecEnvGuard : public OneCall {
  public:
-  explicit VecEnvGuard(const VecEnv& envs) : envs_(envs) {
-    if (envs_.busy_.exchange(true, std::memory_order_acquire)) {
-      throw std::logic_error("VecEnv(" + envs_.spec().name +
-                             ") is already in use by another thread: each thread must own its "
-                             "envs");
-    }
-  }
-  ~VecEnvGuard() { envs_.busy_.store(false, std::memory_order_release); }
-  VecEnvGuard(const VecEnvGuard&) = delete;
-  VecEnvGuard& operator=(const VecEnvGuard&) = delete;
-
- private:
-  const VecEnv& envs_;
+  explicit VecEnvGuard(const VecEnv& envs)
+      : OneCall(envs.busy_, [&envs] {
+          return std::logic_error("VecEnv(" + envs.spec().name +
+                                  ") is already in use by another thread: each thread must own "
+                                  "its envs");
+        }) {}
 };
 
 class VecEnv::Impl {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "check.h"
+#include "rlpar/internal/bench_snapshot.h"
 #include "rlpar/snapshot.h"
 
 using rlpar::Pin;
