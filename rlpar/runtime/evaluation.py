@@ -120,22 +120,7 @@ def evaluate_policy(
     this only reads it and ``params``, so it may run on any thread while the agent trains.
     Returns None only when ``stop`` is set before every episode has finished.
     """
-    if not isinstance(agent, Agent):
-        raise TypeError(f"agent: expected an rlpar.Agent, got {type(agent).__name__}")
-    if not isinstance(env, EnvConfig):
-        raise TypeError(f"env: expected an rlpar.EnvConfig, got {type(env).__name__}")
-    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
-        raise ValueError(f"episodes: expected an integer >= 1, got {episodes!r}")
-    if isinstance(max_envs, bool) or not isinstance(max_envs, int) or max_envs < 1:
-        raise ValueError(f"max_envs: expected an integer >= 1, got {max_envs!r}")
-    if max_episode_steps is not None and (
-        isinstance(max_episode_steps, bool)
-        or not isinstance(max_episode_steps, int)
-        or max_episode_steps < 1
-    ):
-        raise ValueError(
-            f"max_episode_steps: expected None or an integer >= 1, got {max_episode_steps!r}"
-        )
+    _check_arguments(agent, env, episodes, max_envs, max_episode_steps)
     num_envs = min(episodes, max_envs)
     stage = ["building the envs (make_actor_envs)"]
     try:
@@ -164,6 +149,33 @@ def evaluate_policy(
             "counted with the return they had reached",
             env.id, truncated, len(returns), max_episode_steps,
         )  # fmt: skip
+    return _evaluation(returns, lengths, policy, truncated, seed)
+
+
+def _check_arguments(
+    agent: Agent, env: EnvConfig, episodes: int, max_envs: int, max_episode_steps: int | None
+) -> None:
+    if not isinstance(agent, Agent):
+        raise TypeError(f"agent: expected an rlpar.Agent, got {type(agent).__name__}")
+    if not isinstance(env, EnvConfig):
+        raise TypeError(f"env: expected an rlpar.EnvConfig, got {type(env).__name__}")
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ValueError(f"episodes: expected an integer >= 1, got {episodes!r}")
+    if isinstance(max_envs, bool) or not isinstance(max_envs, int) or max_envs < 1:
+        raise ValueError(f"max_envs: expected an integer >= 1, got {max_envs!r}")
+    if max_episode_steps is not None and (
+        isinstance(max_episode_steps, bool)
+        or not isinstance(max_episode_steps, int)
+        or max_episode_steps < 1
+    ):
+        raise ValueError(
+            f"max_episode_steps: expected None or an integer >= 1, got {max_episode_steps!r}"
+        )
+
+
+def _evaluation(
+    returns: list[float], lengths: list[int], policy: str, truncated: int, seed: int
+) -> Evaluation:
     r = np.asarray(returns)
     return Evaluation(
         policy=policy,
@@ -207,6 +219,66 @@ def _failed(env: EnvConfig, num_envs: int, stage: str, error: BaseException) -> 
     )
 
 
+class _Tally:
+    """What evaluating K envs together keeps per env: its episode in progress, how many of
+    its quota of episodes have finished, and whether its episode was cut at the step cap (it
+    then waits for a reset). The envs autoreset on the step after an episode ends: that
+    step's reward is not the episode's, and a recurrent net restarts on it (``starts``)."""
+
+    def __init__(self, k: int, episodes: int) -> None:
+        self.quota = np.array([episodes // k + (i < episodes % k) for i in range(k)])
+        self.finished = np.zeros(k, np.int64)
+        self.ep_return, self.ep_length = np.zeros(k), np.zeros(k, np.int64)
+        self.prev_done = np.zeros(k, bool)
+        self.cut = np.zeros(k, bool)
+        self.valid = np.ones(k, bool)  # the last step counted for the env's episode
+        self.starts = np.zeros(k, bool)  # bool [K]: the net's recurrent state restarts
+        self.num_cut = 0
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+
+    def playing(self) -> bool:
+        return bool((self.finished < self.quota).any())
+
+    def step(self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
+        """Count one step of every env (float [K], bool [K], bool [K])."""
+        self.valid = ~(self.prev_done | self.cut)
+        np.logical_not(self.valid, out=self.starts)
+        self.ep_return += np.where(self.valid, reward, 0.0)
+        self.ep_length += self.valid
+        self.prev_done = terminated | truncated
+        for i in np.flatnonzero(self.prev_done & self.valid):
+            self._finish(int(i))
+        self.ep_return[self.prev_done] = 0.0
+        self.ep_length[self.prev_done] = 0
+
+    def cut_at(self, max_steps: int) -> None:
+        """End the episodes that reached ``max_steps`` steps, counted with their return."""
+        for i in np.flatnonzero(self.valid & ~self.prev_done & (self.ep_length >= max_steps)):
+            self.num_cut += self._finish(int(i))
+            self.cut[i] = True
+            self.ep_return[i], self.ep_length[i] = 0.0, 0
+
+    def waiting_for_reset(self) -> bool:
+        """Every env has a cut episode or its quota, and some quota is left."""
+        return bool(self.cut.any() and (self.cut | (self.finished >= self.quota)).all())
+
+    def reset(self) -> None:
+        """The envs were all reset: every env starts a new episode."""
+        self.cut[:] = False
+        self.prev_done[:] = False
+        self.starts[:] = True
+        self.ep_return[:], self.ep_length[:] = 0.0, 0
+
+    def _finish(self, i: int) -> bool:
+        if self.finished[i] >= self.quota[i]:
+            return False
+        self.returns.append(float(self.ep_return[i]))
+        self.lengths.append(int(self.ep_length[i]))
+        self.finished[i] += 1
+        return True
+
+
 def _play(
     envs: Any,
     net: Net,
@@ -220,27 +292,19 @@ def _play(
     max_episode_steps: int | None = None,
 ) -> tuple[list[float], list[int], str, int] | None:
     """Step all K envs together until each has finished its quota of episodes (None: ``stop``
-    was set first); returns (returns, lengths, policy, episodes cut at the cap). The envs
-    autoreset on the step after an episode ends (that step's reward is not the episode's).
+    was set first); returns (returns, lengths, policy, episodes cut at the cap).
     ``stage[0]`` names the call in progress, for the error message."""
     stage = stage if stage is not None else [""]
     k = envs.num_envs
-    quota = np.array([episodes // k + (i < episodes % k) for i in range(k)])
-    finished = np.zeros(k, np.int64)
+    tally = _Tally(k, episodes)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 1 << 21]))
     adapter = ActionAdapter(envs.single_action_space)
     dtype = np.uint8 if net.spec.input_dtype == "uint8" else np.float32
     policy = "greedy" if greedy else "sampled"
-    ep_return, ep_length = np.zeros(k), np.zeros(k, np.int64)
-    prev_done = np.zeros(k, bool)
-    cut = np.zeros(k, bool)  # the env's episode was cut at the cap: it waits for a reset
-    num_cut = resets = 0
-    returns: list[float] = []
-    lengths: list[int] = []
+    resets = 0
     # A recurrent net carries its state; it restarts after each env's reset step (rlpar.data).
-    starts = np.zeros(k, bool)
     core: dict[str, Any] = (
-        {"state": net.initial_state(k), "resets": starts} if net.recurrent else {}
+        {"state": net.initial_state(k), "resets": tally.starts} if net.recurrent else {}
     )
     if isinstance(params, np.ndarray) and net.spec.core and net.spec.core.matmul == "bf16x3":
         # From a snapshot, the core's weights are packed into tiles once, not on every step.
@@ -249,7 +313,7 @@ def _play(
         params = store.pin()
     stage[0] = f"envs.reset(seed={seed})"
     obs, _ = envs.reset(seed=seed)
-    while (finished < quota).any():
+    while tally.playing():
         if stop is not None and stop.is_set():
             return None
         stage[0] = "net.forward"
@@ -259,34 +323,13 @@ def _play(
         actions = adapter.checked(actions, k, agent, "greedy" if policy == "greedy" else "act")
         stage[0] = "envs.step"
         obs, reward, terminated, truncated, _ = envs.step(adapter.to_env(actions))
-        valid = ~(prev_done | cut)
-        np.logical_not(valid, out=starts)
-        ep_return += np.where(valid, reward, 0.0)
-        ep_length += valid
-        prev_done = terminated | truncated
-        for i in np.flatnonzero(prev_done & valid):
-            if finished[i] < quota[i]:
-                returns.append(float(ep_return[i]))
-                lengths.append(int(ep_length[i]))
-                finished[i] += 1
-        ep_return[prev_done] = 0.0
-        ep_length[prev_done] = 0
+        tally.step(reward, terminated, truncated)
         if max_episode_steps is None:
             continue
-        for i in np.flatnonzero(valid & ~prev_done & (ep_length >= max_episode_steps)):
-            if finished[i] < quota[i]:
-                returns.append(float(ep_return[i]))
-                lengths.append(int(ep_length[i]))
-                finished[i] += 1
-                num_cut += 1
-            cut[i] = True
-            ep_return[i], ep_length[i] = 0.0, 0
-        if cut.any() and (cut | (finished >= quota)).all() and (finished < quota).any():
+        tally.cut_at(max_episode_steps)
+        if tally.waiting_for_reset() and tally.playing():
             resets += 1
             stage[0] = f"envs.reset (after episodes cut at {max_episode_steps} steps)"
             obs, _ = envs.reset(seed=eval_seed(seed, resets))
-            cut[:] = False
-            prev_done[:] = False
-            starts[:] = True
-            ep_return[:], ep_length[:] = 0.0, 0
-    return returns, lengths, policy, num_cut
+            tally.reset()
+    return tally.returns, tally.lengths, policy, tally.num_cut
