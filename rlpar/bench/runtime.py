@@ -165,6 +165,25 @@ def bench_runtime(quick: bool = False) -> dict[str, Any]:
     {agent: the learner step's GIL-held time, fused and separate}}``."""
     seconds, repeats = (0.6, 1) if quick else (3.0, 3)
     envs_per_actor = 16
+    minatar = import_optional("minatar") is not None
+    med = medians(_runtime_configs(seconds, envs_per_actor, minatar), repeats)
+    out = _cartpole_report(med)
+    if minatar:
+        out["minatar_breakout"] = _minatar_report(med, envs_per_actor)
+    out["learner_step"] = bench_learner_step(quick)
+    out["setup"] = {
+        "env": "CartPole-v1 (gymnasium vector env)",
+        "envs_per_actor": envs_per_actor,
+        "unroll_length": 16,
+        "policy": "mlp 4-64-64 tanh, categorical + value",
+        "seconds_per_measure": seconds,
+        "repeats": repeats,
+    }
+    return out
+
+
+def _runtime_configs(seconds: float, envs_per_actor: int, minatar: bool) -> dict[Any, Any]:
+    """What `bench_runtime` measures side by side: {key: a function returning its measure}."""
     configs: dict[Any, Any] = {
         (actors, busy): (lambda a=actors, b=busy: runtime_measure(a, b, seconds, envs_per_actor))
         for actors in (1, 2)
@@ -174,7 +193,6 @@ def bench_runtime(quick: bool = False) -> dict[str, Any]:
         1, False, seconds, envs_per_actor, python_take=True
     )
     configs["env_only"] = lambda: env_only_rate(seconds / 2, envs_per_actor)
-    minatar = import_optional("minatar") is not None
     if minatar:
         for busy in (False, True):
             for key, env in (("minatar", MINATAR), ("minatar_double_buffer", MINATAR_SPLIT)):
@@ -182,7 +200,11 @@ def bench_runtime(quick: bool = False) -> dict[str, Any]:
                     1, b, seconds, envs_per_actor, e, MINATAR_UNROLL, net=MINATAR_NET
                 )
         configs["minatar_env_only"] = lambda: env_only_rate(seconds / 2, envs_per_actor, MINATAR)
-    med = medians(configs, repeats)
+    return configs
+
+
+def _cartpole_report(med: dict[Any, Any]) -> dict[str, Any]:
+    """The CartPole part of `bench_runtime`'s result from the medians ``med``."""
     rate = {key: m["rate"] for key, m in med.items() if isinstance(m, dict)}
     out: dict[str, Any] = {
         "env_steps_per_s": {str(a): round(rate[(a, False)]) for a in (1, 2)},
@@ -205,58 +227,55 @@ def bench_runtime(quick: bool = False) -> dict[str, Any]:
         for busy in (False, True)
     }
     out["gil"]["1_actor_python_take"] = _gil_shares(med["python_take"])
-    if minatar:
-        only = med["minatar_env_only"]
-
-        def per_step_us(m: dict[str, float]) -> dict[str, float]:
-            """The actor's time a step of its K envs: stepping them, and in the loop's calls."""
-            steps = m["rollouts"] * MINATAR_UNROLL
-            return {k: round(m[f"{k}_s"] / steps * 1e6, 1) for k in ("env", "inference")}
-
-        out["minatar_breakout"] = {
-            "env_steps_per_s": {"1": round(rate["minatar", False])},
-            "with_learner": {"1": round(rate["minatar", True])},
-            "env_only_steps_per_s": round(only),
-            "ratios": {
-                "one_actor_vs_env_only": round(rate["minatar", False] / only, 3),
-                "one_actor_with_learner_vs_env_only": round(rate["minatar", True] / only, 3),
-            },
-            "gil": {
-                f"1_actor{'_with_learner' if busy else ''}": _gil_shares(med["minatar", busy])
-                for busy in (False, True)
-            },
-            "actor_us_per_step": per_step_us(med["minatar", False]),
-            "env_only_us_per_step": round(envs_per_actor / only * 1e6, 1),
-            "setup": f"{MINATAR.id} sync x{envs_per_actor}, T = {MINATAR_UNROLL}, conv 16x3x3 "
-            "-> 128, categorical + value",
-        }
-        split = {busy: med["minatar_double_buffer", busy] for busy in (False, True)}
-        out["minatar_breakout"]["double_buffer"] = {
-            "env_steps_per_s": {"1": round(split[False]["rate"])},
-            "with_learner": {"1": round(split[True]["rate"])},
-            "ratios": {
-                "one_actor_vs_env_only": round(split[False]["rate"] / only, 3),
-                "one_actor_with_learner_vs_env_only": round(split[True]["rate"] / only, 3),
-                "vs_sync": round(split[False]["rate"] / rate["minatar", False], 3),
-                "with_learner_vs_sync": round(split[True]["rate"] / rate["minatar", True], 3),
-            },
-            "actor_us_per_step": per_step_us(split[False]),
-            "side_unroll_share": {
-                "1": round(split[False]["side_unrolls"] / split[False]["rollouts"], 3),
-                "1_with_learner": round(split[True]["side_unrolls"] / split[True]["rollouts"], 3),
-            },
-            "gil": {
-                f"1_actor{'_with_learner' if busy else ''}": _gil_shares(split[busy])
-                for busy in (False, True)
-            },
-        }
-    out["learner_step"] = bench_learner_step(quick)
-    out["setup"] = {
-        "env": "CartPole-v1 (gymnasium vector env)",
-        "envs_per_actor": envs_per_actor,
-        "unroll_length": 16,
-        "policy": "mlp 4-64-64 tanh, categorical + value",
-        "seconds_per_measure": seconds,
-        "repeats": repeats,
-    }
     return out
+
+
+def _minatar_report(med: dict[Any, Any], envs_per_actor: int) -> dict[str, Any]:
+    """The MinAtar Breakout part of `bench_runtime`'s result: "sync" and double buffering
+    against the env-only rate."""
+    only = med["minatar_env_only"]
+    sync = {busy: med["minatar", busy] for busy in (False, True)}
+    split = {busy: med["minatar_double_buffer", busy] for busy in (False, True)}
+
+    def per_step_us(m: dict[str, float]) -> dict[str, float]:
+        """The actor's time a step of its K envs: stepping them, and in the loop's calls."""
+        steps = m["rollouts"] * MINATAR_UNROLL
+        return {k: round(m[f"{k}_s"] / steps * 1e6, 1) for k in ("env", "inference")}
+
+    def gil(by_busy: dict[bool, Any]) -> dict[str, Any]:
+        return {
+            f"1_actor{'_with_learner' if busy else ''}": _gil_shares(m)
+            for busy, m in by_busy.items()
+        }
+
+    report: dict[str, Any] = {
+        "env_steps_per_s": {"1": round(sync[False]["rate"])},
+        "with_learner": {"1": round(sync[True]["rate"])},
+        "env_only_steps_per_s": round(only),
+        "ratios": {
+            "one_actor_vs_env_only": round(sync[False]["rate"] / only, 3),
+            "one_actor_with_learner_vs_env_only": round(sync[True]["rate"] / only, 3),
+        },
+        "gil": gil(sync),
+        "actor_us_per_step": per_step_us(sync[False]),
+        "env_only_us_per_step": round(envs_per_actor / only * 1e6, 1),
+        "setup": f"{MINATAR.id} sync x{envs_per_actor}, T = {MINATAR_UNROLL}, conv 16x3x3 "
+        "-> 128, categorical + value",
+    }
+    report["double_buffer"] = {
+        "env_steps_per_s": {"1": round(split[False]["rate"])},
+        "with_learner": {"1": round(split[True]["rate"])},
+        "ratios": {
+            "one_actor_vs_env_only": round(split[False]["rate"] / only, 3),
+            "one_actor_with_learner_vs_env_only": round(split[True]["rate"] / only, 3),
+            "vs_sync": round(split[False]["rate"] / sync[False]["rate"], 3),
+            "with_learner_vs_sync": round(split[True]["rate"] / sync[True]["rate"], 3),
+        },
+        "actor_us_per_step": per_step_us(split[False]),
+        "side_unroll_share": {
+            "1": round(split[False]["side_unrolls"] / split[False]["rollouts"], 3),
+            "1_with_learner": round(split[True]["side_unrolls"] / split[True]["rollouts"], 3),
+        },
+        "gil": gil(split),
+    }
+    return report
