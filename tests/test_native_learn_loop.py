@@ -234,7 +234,7 @@ def test_learn_loop_refuses_bad_input() -> None:
         args = dict(inbox=loop.inbox._inbox, names=loop.names, dst=loop.dst,
                     versions=loop.versions, start=0, learner_version=1, max_lag=None, net=net,
                     params=state.params, grad=grad, loss=loop.plan.loss.native, passes=1,
-                    max_grad_norm=40.0, optimizer=state.optimizer._native_step(),
+                    max_grad_norm=40.0, optimizer=state.optimizer.native_step(),
                     store=learner.store, pool=None, budget_s=0.0,
                     done=np.zeros(2, np.int64))  # fmt: skip
         args.update(kw)

@@ -25,7 +25,7 @@ import pickle
 import re
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -559,6 +559,13 @@ class SplitEnvs(VectorEnv):
             h.send(actions[c])
         parts = [h.recv() for h in self.halves]
         return (*(np.concatenate(x) for x in zip(*parts, strict=True)), {})
+
+    def sync_halves(self) -> list[VectorEnv] | None:
+        """Each half's vector envs where every half is a `SyncHalf` (it steps in the caller's
+        thread, so the actor may step it directly), else None."""
+        if all(isinstance(h, SyncHalf) for h in self.halves):
+            return [cast(SyncHalf, h).envs for h in self.halves]
+        return None
 
     def close_extras(self, **kwargs: Any) -> None:
         for h in self.halves:

@@ -212,7 +212,7 @@ class NativeLoop:
         if inbox is None:
             return None
         plan = learner.agent.native_learn(learner.net, learner.state)
-        if plan is None or learner.state.optimizer._native_step() is None:
+        if plan is None or learner.state.optimizer.native_step() is None:
             return None
         return plan
 
@@ -230,7 +230,7 @@ class NativeLoop:
         """One call: the learner steps it took (0 when no whole batch came within the budget)."""
         ln, plan = self.learner, self.plan
         state, s = ln.state, ln.stats
-        optim = state.optimizer._native_step()  # this step's count and learning rate
+        optim = state.optimizer.native_step()  # this step's count and learning rate
         if optim is None:
             raise RuntimeError("the learner's optimizer no longer has a native step")
         try:
