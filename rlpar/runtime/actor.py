@@ -33,11 +33,11 @@ from rlpar.runtime.common import (
     EpisodeLog,
     EpisodeSink,
     FusedEnvs,
+    HalvedEnvs,
     ItemQueue,
     queue_get,
     queue_put,
 )
-from rlpar.runtime.env_modes import SplitEnvs, SyncHalf
 from rlpar.runtime.envs import (
     ActionAdapter,
     env_seeds,
@@ -47,6 +47,7 @@ from rlpar.runtime.envs import (
 )
 from rlpar.runtime.gil_meter import ThreadMeter
 from rlpar.runtime.handoff import HandOff
+from rlpar.runtime.plan import choose_actor_loop, native_sampler
 from rlpar.snapshot import SnapshotStore
 
 __all__ = ["Actor", "LocalActors"]
@@ -131,10 +132,13 @@ class Actor:
         seed: int,
         generation: int = 0,
         keep_resume_state: bool = False,
+        loop: str | None = None,
     ) -> None:
         """``keep_resume_state``: after every unroll, copy what lets a resumed run continue
         this actor's episodes (`checkpoint_state`; the runner asks for it when it writes
-        checkpoints). Only envs that can save their state (`ResumableEnvs`) give any."""
+        checkpoints). Only envs that can save their state (`ResumableEnvs`) give any.
+        ``loop``: the run's plan for its actors (`rlpar.runtime.plan.ACTOR_LOOPS`); None: the
+        plan's choice for these envs without the native whole loop (`choose_actor_loop`)."""
         self.index = index
         self.envs = envs
         self.agent = agent
@@ -149,21 +153,15 @@ class Actor:
             self.free.reserve(r)
             self.free.put(r)
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, index, 1 << 20]))
-        # The native sampler (agents that sample the categorical softmax), and which loop
-        # runs: the fused native unroll (rlpar's native envs) or the step loop.
-        self.sampler = _native_sampler(index, agent, net, seed)
-        self.fused = self.sampler is not None and _can_fuse(index, envs, net)
+        #: the loop this actor runs (`rlpar.runtime.plan.ACTOR_LOOPS`)
+        self.path = loop or choose_actor_loop(envs, agent, net, "a lone actor").loop
+        self.sampler = native_sampler(index, agent, net, seed)
+        #: whether each unroll is one native call (and the step loop is None)
+        self.fused = self.path in ("native_loop", "fused")
         self.loop = None if self.fused else _native.StepLoop(net, envs.num_envs, self.sampler)
         #: "sync" double buffering that can act on the step loop's side thread: which way the
         #: next unroll goes (else None)
-        self.side_choice = (
-            _SideChoice()
-            if self.loop is not None
-            and self.loop.can_act_async
-            and isinstance(envs, SplitEnvs)
-            and all(isinstance(h, SyncHalf) for h in envs.halves)
-            else None
-        )
+        self.side_choice = _SideChoice() if self.path == "split_side" else None
         try:
             # one seed per env where the vector env takes them (gymnasium types it int)
             obs, _ = envs.reset(seed=env_seeds(envs, seed, index, generation))  # type: ignore[arg-type]
@@ -227,8 +225,10 @@ class Actor:
         rollouts_per_version: int,
         meter: ThreadMeter,
     ) -> None:
-        if wait_for_version is None and self._native_loop(out_queue):
-            self._run_native(stop, cast(HandOff, out_queue), episodes, meter)
+        if self.path == "native_loop":
+            if wait_for_version is not None or not isinstance(out_queue, HandOff):
+                raise ValueError("the native actor loop needs a HandOff, no version waits")
+            self._run_native(stop, out_queue, episodes, meter)
             return
         version = 1
         while not stop.is_set():
@@ -254,15 +254,6 @@ class Actor:
                     self.stats.gil = gil
             version += 1
 
-    def _native_loop(self, out_queue: ItemQueue[Rollout]) -> bool:
-        """Whether this actor's whole loop can run natively (`_run_native`): fused unrolls,
-        rollouts handed over through `HandOff`s, envs that offer the loop."""
-        return (
-            self.fused
-            and isinstance(out_queue, HandOff)
-            and callable(getattr(self.envs, "fused_loop", None))
-        )
-
     def _run_native(
         self,
         stop: threading.Event,
@@ -278,7 +269,7 @@ class Actor:
         c = self.carry
         c.obs = np.array(c.obs)  # written in place by the loop from now on
         c.prev_done = np.array(c.prev_done, bool)
-        loop = self.envs.fused_loop(  # type: ignore[attr-defined]  # checked by _native_loop
+        loop = self.envs.fused_loop(  # type: ignore[attr-defined]  # the plan checked it
             self.net,
             self.store,
             self.sampler,
@@ -319,7 +310,7 @@ class Actor:
                 self.stats.side_unrolls += 1
             else:
                 self._unroll_double_buffered(r, episodes)
-        elif isinstance(self.envs, SplitEnvs):
+        elif self.path == "split":
             self._unroll_double_buffered(r, episodes)
         else:
             self._unroll_stepped(r, episodes)
@@ -384,7 +375,7 @@ class Actor:
         loop, to_env = self.loop, self.actions.to_env
         assert loop is not None
         act = None if self.sampler is not None else self._act
-        assert isinstance(self.envs, SplitEnvs)
+        assert isinstance(self.envs, HalvedEnvs)
         halves = [
             (cols, cols.start, cols.stop, half)
             for cols, half in zip(self.envs.cols, self.envs.halves, strict=True)
@@ -426,10 +417,12 @@ class Actor:
         (`_native.StepLoop.step_async`, without the GIL). Every loop call first waits for the
         act in flight, so acts run in `_unroll_double_buffered`'s order: the same rollout."""
         loop, to_env = self.loop, self.actions.to_env
-        assert loop is not None and isinstance(self.envs, SplitEnvs)
+        assert loop is not None and isinstance(self.envs, HalvedEnvs)
+        sync = self.envs.sync_halves()
+        assert sync is not None  # the plan's "split_side"
         halves = [
-            (cols, cols.start, cols.stop, cast(SyncHalf, half).envs)
-            for cols, half in zip(self.envs.cols, self.envs.halves, strict=True)
+            (cols, cols.start, cols.stop, half)
+            for cols, half in zip(self.envs.cols, sync, strict=True)
         ]
         clock = time.perf_counter
         steps = r.rewards.shape[0]
@@ -497,8 +490,10 @@ class LocalActors:
         store: SnapshotStore,
         generation: int,
         keep_resume_state: bool = False,
+        loop: str | None = None,
     ) -> list[Actor]:
-        """One `Actor` over each actor's envs (their threads are the caller's to start)."""
+        """One `Actor` over each actor's envs (their threads are the caller's to start), each
+        running ``loop`` (the run's plan, `rlpar.runtime.plan`; None: `Actor`'s default)."""
         cfg = self.cfg
         return [
             Actor(
@@ -512,6 +507,7 @@ class LocalActors:
                 seed=cfg.seed,
                 generation=generation,
                 keep_resume_state=keep_resume_state,
+                loop=loop,
             )
             for i, envs in enumerate(self.envs)
         ]
@@ -551,29 +547,3 @@ def _allocate(
         )
         for _ in range(num_buffers)
     ]
-
-
-def _native_sampler(
-    index: int, agent: Agent, net: Net, seed: int
-) -> _native.CategoricalSampler | None:
-    """Actor ``index``'s native sampler, for an agent that samples the categorical softmax
-    (`Agent.native_sampling`) of a net with one Categorical head; else None (`Agent.act`)."""
-    if not agent.native_sampling:
-        return None
-    if sum(name == "logits" for name, *_ in net.outputs) != 1:
-        log.info("actor %d: Agent.act samples (the net has no single Categorical head)", index)
-        return None
-    key = np.random.SeedSequence([seed, index, 1 << 21]).generate_state(1)[0]
-    return _native.CategoricalSampler(int(key))
-
-
-def _can_fuse(index: int, envs: VectorEnv, net: Net) -> bool:
-    """Whether the whole unroll can run natively: rlpar's native envs that can run ``net``."""
-    if not isinstance(envs, FusedEnvs):
-        return False
-    try:
-        envs.check_fused(net)
-    except ValueError as e:
-        log.info("actor %d: step loop (%s)", index, e)
-        return False
-    return True

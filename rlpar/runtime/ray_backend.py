@@ -71,6 +71,7 @@ from rlpar.runtime.common import (
 )
 from rlpar.runtime.env_setup import add_import_folders, import_folders, run_setup
 from rlpar.runtime.envs import make_actor_envs, storage_dtype
+from rlpar.runtime.plan import choose_actor_loop
 from rlpar.snapshot import SnapshotStore
 
 __all__ = ["RayActors", "RemoteActor", "connect_ray", "init_local_ray"]
@@ -781,6 +782,9 @@ class ActorProcess:
             seed=cfg.seed,
             generation=generation,
             keep_resume_state=self.keep_resume_state,
+            loop=choose_actor_loop(
+                self.envs[thread], self.agent, self.net, "rollouts cross processes"
+            ).loop,
         )
         actor.set_rng_state(rng_state, sampler_state)
         if resume is not None and restarts == 0:  # a restarted process starts new episodes
