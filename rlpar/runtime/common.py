@@ -1,7 +1,7 @@
 """What the actor, the learner, the runner and the Ray backend share: the stop-aware queue
 calls, the stats each thread writes, the episode log, and the typed contracts (Protocols) for
 an actor's stand-in and for what envs can do (run a whole unroll or an actor's whole loop
-natively, step in two halves)."""
+natively, step in two halves), which the run's plan asks (`rlpar.runtime.plan`)."""
 
 from __future__ import annotations
 
@@ -243,7 +243,7 @@ class FusedEnvs(Protocol):
 @runtime_checkable
 class NativeLoopEnvs(FusedEnvs, Protocol):
     """`FusedEnvs` that also run an actor's whole loop natively (`fused_loop`, see
-    `rlpar.runtime.actor.Actor.run`): rlpar's native envs."""
+    `rlpar.runtime.handoff.run_native_actor_loop`): rlpar's native envs."""
 
     def fused_loop(
         self,

@@ -484,7 +484,7 @@ class SyncHalf(_SendRecv):
     """Half of a "sync" actor's envs, for double buffering (`SplitEnvs`): `send` keeps the
     actions and `recv` steps ``envs`` with them in the calling thread, holding the GIL as
     "sync" does (the actor steps ``envs`` directly and overlaps the other half's forward,
-    `rlpar.runtime.actor.Actor`)."""
+    `rlpar.runtime.unrollers.SideActs`)."""
 
     def __init__(self, envs: VectorEnv) -> None:
         self.envs = envs

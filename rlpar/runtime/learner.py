@@ -110,7 +110,7 @@ class NativeInbox:
     each rollout's version comes from its ``stamp``.
 
     ``release_gil``: the copies run without the GIL (for actors that never want it, those
-    whose whole loop is native: the plan's ``native_loop``); else they keep it,
+    whose whole loop is native: `rlpar.runtime.handoff.run_native_actor_loop`); else they keep it,
     since handing it to an actor that steps a Python env costs the learner more than the copy."""
 
     def __init__(self, queue: HandOff[Rollout], actors: Sequence[Any], release_gil: bool) -> None:

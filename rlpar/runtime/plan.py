@@ -5,7 +5,8 @@ methods: `FusedEnvs`, `NativeLoopEnvs`, `HalvedEnvs`, `rlpar.Agent.native_sampli
 `rlpar.Agent.native_learn`, `rlpar.Optimizer.native_step`), then hands each piece its part as
 an argument; the run's summary keeps it (`rlpar.runtime.reports.RunResult.plan`).
 
-Actor loops (`rlpar.runtime.actor.Actor`):
+Actor loops (the unrollers in `rlpar.runtime.unrollers`, the native loop in
+`rlpar.runtime.handoff.run_native_actor_loop`):
 
 - ``native_loop``: rlpar's native envs, native sampling, threads outside deterministic mode:
   the actor's whole loop in native calls (take a free buffer, pin, fused unroll, hand over).
@@ -13,7 +14,7 @@ Actor loops (`rlpar.runtime.actor.Actor`):
 - ``stepped``: envs that step in Python: one native call between two env steps.
 - ``split``: double buffering (`HalvedEnvs`): each half's forward while the other half steps.
 - ``split_side``: double buffering over "sync" halves with native sampling: each half's act on
-  the step loop's side thread, or in turn, whichever measured faster.
+  the step loop's side thread, or in turn, whichever measured faster (`SideProbe`).
 
 Learner loops (`rlpar.runtime.learner`):
 
