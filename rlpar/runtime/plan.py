@@ -139,8 +139,8 @@ def choose_actor_loop(envs: Any, agent: Agent, net: Net, no_whole_loop: str | No
                 "double buffering on sync halves: acts on the side thread or in turn, "
                 "whichever measures faster",
             )
-        return Choice("split", f"double buffering: a half steps while the other acts ({fused_no})")
-    return Choice("stepped", f"one native call between two env steps ({fused_no})")
+        return Choice("split", f"double buffering, a half steps while the other acts: {fused_no}")
+    return Choice("stepped", f"one native call between two env steps: {fused_no}")
 
 
 def choose_learner_loop(
@@ -165,8 +165,8 @@ def choose_learner_loop(
     if learn_no is None:
         return Choice("native_learn", "the agent's learn is a NativeLearn: steps in native calls")
     if native_actors:
-        return Choice("native_inbox", f"native actor loops; agent.learn in Python ({learn_no})")
-    return Choice("python", f"actors step in Python and {learn_no}")
+        return Choice("native_inbox", f"native actor loops; agent.learn in Python: {learn_no}")
+    return Choice("python", f"actors that step in Python, and {learn_no}")
 
 
 def _native_learn_reason(
