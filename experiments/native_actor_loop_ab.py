@@ -3,7 +3,7 @@ process, the modes taking turns:
 
 - ``python``: one fused unroll per Python iteration of the actor, the learner's batch taken in
   Python (`Learner._gather`, `Batch.stack`): what the runtime ran before;
-- ``native_loop``: the actor's whole loop in native calls (`Actor._run_native`);
+- ``native_loop``: the actor's whole loop in native calls (the plan's ``native_loop``);
 - ``native``: that, and the learner's batch taken natively (`NativeInbox`), its step in Python;
 - ``native_learn``: that, and the learner's whole loop in native calls (`NativeLoop`): take,
   optimizer steps and publish, many learner steps a call.
@@ -34,28 +34,32 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import rlpar.runtime.runner
 from rlpar.app.cli import main
 from rlpar.bench.runtime import runtime_measure
-from rlpar.runtime.actor import Actor
-from rlpar.runtime.learner import Learner, NativeLoop
+from rlpar.runtime.plan import Choice, ExecutionPlan, plan_run
 
 CASES = ((1, 64, "rlpar/CartPole-v1", 20), (2, 64, "rlpar/CartPole-v1", 20),
          (1, 256, "rlpar/CartPole-v1", 20), (1, 16, "CartPole-v1", 16))  # fmt: skip
-NATIVE_LOOP, INBOX, PLAN = Actor._native_loop, Learner.attach_inbox, NativeLoop.plan_for
-MODES = {  # (the actor's choice of loop, the learner's inbox, its loop's plan)
-    "python": (lambda self, q: False, lambda self, q, a: None, PLAN),
-    "native_loop": (NATIVE_LOOP, lambda self, q, a: None, PLAN),
-    "native": (NATIVE_LOOP, INBOX, lambda learner, inbox: None),
-    "native_learn": (NATIVE_LOOP, INBOX, PLAN),
-}
+MODES = ("python", "native_loop", "native", "native_learn")
 
 
 def use(mode: str) -> None:
-    """Patch the runtime to run ``mode``'s loops."""
-    loop, inbox, plan = MODES[mode]
-    Actor._native_loop = loop  # type: ignore[method-assign]
-    Learner.attach_inbox = inbox  # type: ignore[method-assign]
-    NativeLoop.plan_for = staticmethod(plan)  # type: ignore[method-assign]
+    """Have the runtime run ``mode``'s loops: the run's plan (`plan_run`), cut back to them."""
+
+    def planned(*args: Any) -> ExecutionPlan:
+        plan = plan_run(*args)
+        actor, learner = plan.actor, plan.learner
+        if mode == "python" and actor.loop == "native_loop":
+            actor = Choice("fused", f"experiment mode {mode}")
+        if mode in ("python", "native_loop"):
+            learner = Choice("python", f"experiment mode {mode}")
+        elif mode == "native" and learner.loop == "native_learn":
+            native_take = actor.loop == "native_loop"  # beside Python envs: the Python take
+            learner = Choice("native_inbox" if native_take else "python", f"experiment mode {mode}")
+        return ExecutionPlan(actor, learner)
+
+    rlpar.runtime.runner.plan_run = planned  # type: ignore[assignment]
 
 
 def measure(actors: int, envs: int, env: str, unroll: int, seconds: float) -> dict[str, float]:

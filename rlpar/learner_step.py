@@ -65,6 +65,7 @@ __all__ = [
     "loss_gradient",
     "minibatch_columns",
     "minibatches",
+    "splits_into_shards",
     "train_step",
     "train_steps",
 ]
@@ -160,7 +161,7 @@ def train_step(
     above, which give the same numbers. Any other ``loss`` (an agent's Python) takes that path."""
     pool = state.pool
     if native and isinstance(loss, NativeLoss):
-        optim = state.optimizer._native_step()
+        optim = state.optimizer.native_step()
         split = (
             learner_split(net, pool, batch)
             if columns is None
@@ -211,7 +212,7 @@ def train_steps(
         for c in columns
     }
     if native and isinstance(loss, NativeLoss) and len(splits) == 1 and "shards" not in splits:
-        optim = state.optimizer._native_step()
+        optim = state.optimizer.native_step()
     if optim is None or len(columns) == 1:
         return [
             train_step(net, state, batch, loss, max_grad_norm=max_grad_norm, columns=c,
@@ -307,13 +308,25 @@ def _split(
     """`learner_split` of a step on ``columns`` unrolls of ``steps`` observations each."""
     if pool is None or pool.threads == 1:
         return "none"
-    split = pool.split
-    if split == "auto":
-        has_conv = any(isinstance(layer, Conv2d) for layer in net.spec.layers)
-        split = "rows" if has_conv else "shards"
-    if split == "shards":
-        return "shards" if columns >= 2 else "none"
+    if splits_into_shards(net, pool.threads, pool.split, columns):
+        return "shards"
+    if _resolve(net, pool.split) == "shards":
+        return "none"
     return "rows" if net.torso_parts(pool.native, steps * columns) > 1 else "none"
+
+
+def splits_into_shards(net: Net, threads: int, split: str, columns: int) -> bool:
+    """Whether a learner step on ``columns`` unrolls is cut into column shards (`learner_split`
+    ``"shards"``) with ``threads`` learner threads and ``split`` (`RuntimeConfig.learner_split`):
+    known before the run's pool exists, for the run's plan (`rlpar.runtime.plan`)."""
+    return threads > 1 and _resolve(net, split) == "shards" and columns >= 2
+
+
+def _resolve(net: Net, split: str) -> str:
+    """``split`` with "auto" resolved (the `learner_split` docstring): rows for a conv torso."""
+    if split != "auto":
+        return split
+    return "rows" if any(isinstance(layer, Conv2d) for layer in net.spec.layers) else "shards"
 
 
 def _forward_loss(

@@ -441,6 +441,11 @@ class Net(_native.Net):
         return np.zeros((n, self.state_size), np.float32)
 
     @property
+    def has_python_layers(self) -> bool:
+        """Whether a layer runs Python (a `PyLayer`): the net's calls then take the GIL."""
+        return any(isinstance(layer, PyLayer) for layer in self.spec.layers)
+
+    @property
     def output_slices(self) -> dict[str, slice]:
         """Columns of the ``[B, output_size]`` output for each named output."""
         return {name: slice(b, b + n) for name, _head, b, n in self.outputs}

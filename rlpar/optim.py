@@ -153,7 +153,7 @@ class Optimizer:
         (``sl`` None: the whole arrays, passed as they came so the native checks see them)."""
         raise NotImplementedError
 
-    def _native_step(self) -> tuple | None:
+    def native_step(self) -> tuple | None:
         """This optimizer's next step as `rlpar.train_step`'s one native call takes it: (kind,
         lr, beta1, beta2, alpha, momentum, eps, weight_decay, nesterov, step, buffer 0, 1, 2),
         or None when its rule has no native twin (a subclass's own `_update`): then
@@ -214,7 +214,7 @@ class SGD(Optimizer):
         self.weight_decay = _check("weight_decay", weight_decay, 0.0)
         self.nesterov = bool(nesterov)
 
-    def _native_step(self) -> tuple | None:
+    def native_step(self) -> tuple | None:
         if not self._rule_is(SGD):
             return None
         buf = self._buf("momentum_buffer", None)
@@ -256,7 +256,7 @@ class RMSProp(Optimizer):
         self.centered = bool(centered)
         self.weight_decay = _check("weight_decay", weight_decay, 0.0)
 
-    def _native_step(self) -> tuple | None:
+    def native_step(self) -> tuple | None:
         if not self._rule_is(RMSProp):
             return None
         return ("rmsprop", self.lr, 0.0, 0.0, self.alpha, self.momentum, self.eps,
@@ -298,7 +298,7 @@ class Adam(Optimizer):
         self.eps = _check("eps", eps, 0.0, open_low=True)
         self.weight_decay = _check("weight_decay", weight_decay, 0.0)
 
-    def _native_step(self) -> tuple | None:
+    def native_step(self) -> tuple | None:
         if not self._rule_is(Adam):
             return None
         return ("adam", self.lr, self.beta1, self.beta2, 0.0, 0.0, self.eps, self.weight_decay,

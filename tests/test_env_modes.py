@@ -122,9 +122,9 @@ def test_sync_double_buffering_acts_on_the_side_thread_like_in_turn(
 ) -> None:
     """ "sync" + double buffering with a native sampler: each half steps in the actor thread
     while the other half's act runs on the step loop's side thread; the run trains exactly
-    as with the halves' acts made in turn (`_unroll_double_buffered`), and with an LSTM (whose
+    as with the halves' acts made in turn (`InTurn`), and with an LSTM (whose
     forward gives each row what it gives the whole batch) exactly as "sync"."""
-    from rlpar.runtime.actor import Actor
+    from rlpar.runtime.unrollers import SideProbe
 
     config = {"net": {"hidden": [16], "lstm": 8}} if lstm else {}
     env = EnvConfig("rlpar-test/Walk-v0", double_buffer=True)
@@ -132,13 +132,13 @@ def test_sync_double_buffering_acts_on_the_side_thread_like_in_turn(
     def run(env: EnvConfig) -> tuple[np.ndarray, list, list[bool]]:
         runner = Runner(rlpar.make_agent("impala", config), env, runtime(total_env_steps=600))
         runner.run()
-        sides = [a.side_choice is not None and a.stats.side_unrolls > 0 for a in runner.actors]
+        sides = [a.path == "split_side" and a.stats.side_unrolls > 0 for a in runner.actors]
         return runner.state.params.copy(), runner.episodes.recent(10_000), sides
 
     side, side_episodes, sides = run(env)
     assert sides == [True, True]
     with monkeypatch.context() as m:
-        m.setattr(Actor, "_unroll_side_acts", Actor._unroll_double_buffered)
+        m.setattr(SideProbe, "next", lambda self, now: False)  # every unroll in turn
         turns, turn_episodes, _ = run(env)
     np.testing.assert_array_equal(side, turns)
     assert [e[:2] for e in side_episodes] == [e[:2] for e in turn_episodes]
@@ -409,12 +409,12 @@ def test_async_envs_take_an_int_seed_as_env_i_seeded_seed_plus_i(double_buffer) 
 
 
 def test_the_side_choice_probes_both_ways_and_keeps_the_faster() -> None:
-    """`_SideChoice`: blocks of `SIDE_PROBE_UNROLLS` unrolls side, in turn, in turn, side, each
+    """`SideProbe`: blocks of `SIDE_PROBE_UNROLLS` unrolls side, in turn, in turn, side, each
     timed from its first unroll's start to the next block's; then `SIDE_KEEP_UNROLLS` unrolls
     the way that took less time, then a new probe."""
-    from rlpar.runtime.actor import SIDE_KEEP_UNROLLS, SIDE_PROBE_UNROLLS, _SideChoice
+    from rlpar.runtime.unrollers import SIDE_KEEP_UNROLLS, SIDE_PROBE_UNROLLS, SideProbe
 
-    def probe(choice: _SideChoice, now: float, side_s: float, turn_s: float) -> tuple[list, float]:
+    def probe(choice: SideProbe, now: float, side_s: float, turn_s: float) -> tuple[list, float]:
         ways = []
         for _ in range(4 * SIDE_PROBE_UNROLLS):
             way = choice.next(now)
@@ -422,7 +422,7 @@ def test_the_side_choice_probes_both_ways_and_keeps_the_faster() -> None:
             now += side_s if way else turn_s
         return ways, now
 
-    choice = _SideChoice()
+    choice = SideProbe()
     p = SIDE_PROBE_UNROLLS
     ways, now = probe(choice, 0.0, side_s=1.0, turn_s=2.0)
     assert ways == [True] * p + [False] * 2 * p + [True] * p

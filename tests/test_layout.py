@@ -14,6 +14,12 @@
    rlpar package (agents/ and envs/ included), never by examples/. The ``_`` names inside
    ``rlpar._native`` are the bindings' own: only rlpar's API floor (``rlpar/*.py``) may touch
    them. tests/ is not checked: a test may reach into its helpers' privates.
+4. No module reaches into another module's private members: an attribute ``x._name`` read or
+   written where ``x`` is not the object itself (``self``, ``cls``, ``super()``,
+   ``type(self)``) must name something the same module defines (a def, a class, an assigned
+   name or attribute). One piece asks another through public methods and properties, or
+   gets what it needs as an argument. A module bound by an import is rule 3's; other
+   libraries' modules are not judged. The same folders as rule 3; tests/ is not checked.
 """
 
 from __future__ import annotations
@@ -279,6 +285,75 @@ def test_the_checks_see_cycles_and_private_names(tmp_path: Path, monkeypatch) ->
     assert frozenset({"rlpar.fake.a", "rlpar.fake.b"}) in cycles
     assert _private_uses("rlpar.fake.b") == ["line 2: from rlpar.fake.c import _helper"]
     assert _private_uses("rlpar.fake.c") == ["line 3: b._hidden (rlpar.fake.b)"]
+
+
+def _defined_names(tree: ast.AST) -> set[str]:
+    """Every name a module defines: defs, classes, assigned names and assigned attributes."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+    return names
+
+
+def _is_itself(node: ast.expr) -> bool:
+    """``self``, ``cls``, ``super()`` or ``type(self)``: the object reaching into itself."""
+    if isinstance(node, ast.Name):
+        return node.id in ("self", "cls")
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return node.func.id == "super" or (
+            node.func.id == "type" and len(node.args) == 1 and _is_itself(node.args[0])
+        )
+    return False
+
+
+def _foreign_private_members(module: str) -> list[str]:
+    tree = ast.parse(MODULES[module].read_text())
+    modules = _runtime_imports(module)[1]  # local names bound to modules: rule 3's
+    own = _defined_names(tree)
+    bad = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and _is_private(node.attr)
+            and node.attr not in own
+            and not _is_itself(node.value)
+            and not (isinstance(node.value, ast.Name) and node.value.id in modules)
+        ):
+            bad.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return bad
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_reaches_into_another_modules_private_members(module: str) -> None:
+    bad = _foreign_private_members(module)
+    assert not bad, f"{MODULES[module].relative_to(ROOT)}: " + "; ".join(bad)
+
+
+def test_the_check_sees_private_members_reached_into(tmp_path: Path, monkeypatch) -> None:
+    """Rule 4 on a made-up module: another object's private member is reported; the object's
+    own, and a name the module defines, are not."""
+    text = (
+        "class A:\n"
+        "    def __init__(self, other):\n"
+        "        self._mine = other._theirs\n"
+        "        super()._base()\n"
+        "        type(self)._kind\n"
+        "        other._mine = 1\n"
+        "        other.state._hidden()\n"
+    )
+    (tmp_path / "d.py").write_text(text)
+    monkeypatch.setattr(
+        sys.modules[__name__], "MODULES", {**MODULES, "rlpar.fake.d": tmp_path / "d.py"}
+    )
+    assert _foreign_private_members("rlpar.fake.d") == [
+        "line 3: other._theirs",
+        "line 7: other.state._hidden",
+    ]
 
 
 def test_rlpar_train_imports_no_benchmark_code(tmp_path: Path) -> None:

@@ -152,11 +152,11 @@ def test_the_runtime_takes_batches_natively_where_it_can() -> None:
     result = native.run()
     assert result.learner_steps > 0 and native.learner.stats.lag_max <= 4
     looped = rlpar.Runner(rlpar.make_agent("impala"), EnvConfig("CartPole-v1"), runtime)
-    assert looped.learner.inbox is not None and looped.learner.inbox.for_loop_only
+    assert looped.learner.inbox is not None and looped.plan.learner.loop == "native_learn"
     looped.close()
     python = rlpar.Runner(rlpar.make_agent("appo", {"minibatches": 2}), EnvConfig("CartPole-v1"),
                           runtime)  # fmt: skip
-    assert python.learner.inbox is None
+    assert python.learner.inbox is None and python.plan.learner.loop == "python"
     python.close()
     ordered = RuntimeConfig(**{**runtime.__dict__, "deterministic": True})
     deterministic = rlpar.Runner(

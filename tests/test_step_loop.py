@@ -335,7 +335,7 @@ def test_loops_of_many_threads_share_one_net() -> None:
 
 def side_unroll(loop, params, envs, c: Carry, r: Rollout, side: bool) -> list[tuple[float, int]]:
     """Double buffering over two halves of ``envs`` (each a vector env of K / 2) as the
-    runtime's `_unroll_side_acts` runs it: each half steps while the other half's act runs on
+    runtime's `SideActs` unroller runs it: each half steps while the other half's act runs on
     the loop's side thread (``side``), or with every act synchronous."""
     h = K // 2
     halves = [((0, h), envs[0]), ((h, K), envs[1])]

@@ -338,6 +338,10 @@ def _train_text(s: dict) -> str:
             f"GIL:           actors held {a['held']:.0%}, waited {a['wait']:.0%} to re-take it, "
             f"{a['native']:.0%} native; learner held {learner['held']:.0%} ({room})"
         )
+    plan = s.get("plan") or {}
+    if plan:
+        actor, learner = plan["actor"]["loop"], plan["learner"]["loop"]
+        lines.append(f"plan:          actors {actor}, learner {learner}")
     return "\n".join(lines)
 
 

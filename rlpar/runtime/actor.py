@@ -1,23 +1,19 @@
 """An actor thread: steps its K envs with one batched forward per step, writes rollouts; and
 `LocalActors`, the actors of this process (the threads backend, as `RayActors` is Ray's).
 
-One unroll path per kind of env: native envs run the whole unroll in one GIL-free call
-(`_unroll_fused`), and outside deterministic mode the whole loop over rollouts too
-(`_run_native`: many unrolls and their hand-offs per call); a vector env steps from a Python
-loop that makes one native call between two env steps (`_unroll_stepped`, `_native.StepLoop`:
-the step written into the rollout, the episodes carried, the forward and the native sampling);
-split envs (`SplitEnvs`, double buffering) step one half while the actor infers on the other
-(`_unroll_double_buffered`, the same loop over column ranges); "sync" halves step in the actor
-thread while the other half's forward runs on the step loop's side thread (`_unroll_side_acts`).
+The run's plan (`rlpar.runtime.plan`) gives each actor its loop; the actor keeps its buffers,
+its generators, the episodes in progress (`Carry`), its stats and `Actor.run`, and fills each
+rollout with the loop's unroller (`rlpar.runtime.unrollers`: fused, stepped, split in turn or
+with side acts). The plan's ``native_loop`` replaces the whole of `Actor.run`'s loop with
+native calls (`rlpar.runtime.handoff.run_native_actor_loop`).
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Collection
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from gymnasium.vector import VectorEnv
@@ -33,11 +29,11 @@ from rlpar.runtime.common import (
     EpisodeLog,
     EpisodeSink,
     FusedEnvs,
+    HalvedEnvs,
     ItemQueue,
     queue_get,
     queue_put,
 )
-from rlpar.runtime.env_modes import SplitEnvs, SyncHalf
 from rlpar.runtime.envs import (
     ActionAdapter,
     env_seeds,
@@ -46,61 +42,21 @@ from rlpar.runtime.envs import (
     storage_dtype,
 )
 from rlpar.runtime.gil_meter import ThreadMeter
-from rlpar.runtime.handoff import HandOff
+from rlpar.runtime.handoff import HandOff, run_native_actor_loop
+from rlpar.runtime.plan import choose_actor_loop, native_sampler
+from rlpar.runtime.unrollers import (
+    Fused,
+    InTurn,
+    PythonAct,
+    SideActs,
+    SideAuto,
+    StepParts,
+    Stepped,
+    Unroller,
+)
 from rlpar.snapshot import SnapshotStore
 
 __all__ = ["Actor", "LocalActors"]
-
-log = logging.getLogger("rlpar")
-
-#: How long one native call of the actor loop over native envs runs (`Actor._run_native`):
-#: between two, the actor looks at the stop flag and logs the episodes that ended. The Python
-#: between two calls (~60 us) is 0.6 % of it.
-NATIVE_LOOP_S = 0.01
-
-
-#: "sync" double buffering (`Actor._unroll_side_acts`) pays only where a core is free for the
-#: step loop's side thread: beside a busy learner on 2 cores the side thread takes the learner's
-#: core time, and the actor then waits longer for its free buffers. So such an actor times
-#: blocks of `SIDE_PROBE_UNROLLS` unrolls both ways (the acts on the side thread, or the halves'
-#: acts in turn in its own thread: the same rollouts either way), from the start of a block to
-#: the start of the next (the hand-offs and the waits for free buffers included), in the order
-#: side, in turn, in turn, side; then runs the next `SIDE_KEEP_UNROLLS` unrolls the way that
-#: took less time, and measures again.
-SIDE_PROBE_UNROLLS = 8
-SIDE_KEEP_UNROLLS = 256
-_SIDE_PROBE_ORDER = (True, False, False, True)
-
-
-class _SideChoice:
-    """Whether an actor's next unroll runs its acts on the side thread (see
-    `SIDE_PROBE_UNROLLS`)."""
-
-    def __init__(self) -> None:
-        self.keep = 0  # unrolls left to run the chosen way
-        self.side = True
-        self.phase = 0  # the probe's block
-        self.count = 0  # unrolls begun in it
-        self.start: float | None = None  # when it began
-        self.spent = {True: 0.0, False: 0.0}
-
-    def next(self, now: float) -> bool:
-        """The way of the unroll that begins at ``now`` (seconds, `time.perf_counter`)."""
-        if self.keep:
-            self.keep -= 1
-            return self.side
-        if self.start is not None and self.count == SIDE_PROBE_UNROLLS:
-            self.spent[_SIDE_PROBE_ORDER[self.phase]] += now - self.start
-            self.phase, self.count, self.start = self.phase + 1, 0, None
-            if self.phase == len(_SIDE_PROBE_ORDER):
-                self.side = self.spent[True] <= self.spent[False]
-                self.phase, self.spent = 0, {True: 0.0, False: 0.0}
-                self.keep = SIDE_KEEP_UNROLLS - 1
-                return self.side
-        if self.start is None:
-            self.start = now
-        self.count += 1
-        return _SIDE_PROBE_ORDER[self.phase]
 
 
 class _RideAlong:
@@ -131,10 +87,13 @@ class Actor:
         seed: int,
         generation: int = 0,
         keep_resume_state: bool = False,
+        loop: str | None = None,
     ) -> None:
         """``keep_resume_state``: after every unroll, copy what lets a resumed run continue
         this actor's episodes (`checkpoint_state`; the runner asks for it when it writes
-        checkpoints). Only envs that can save their state (`ResumableEnvs`) give any."""
+        checkpoints). Only envs that can save their state (`ResumableEnvs`) give any.
+        ``loop``: the run's plan for its actors (`rlpar.runtime.plan.ACTOR_LOOPS`); None: the
+        plan's choice for these envs without the native whole loop (`choose_actor_loop`)."""
         self.index = index
         self.envs = envs
         self.agent = agent
@@ -144,26 +103,17 @@ class Actor:
         self.num_envs = envs.num_envs
         self.free: HandOff[Rollout] = HandOff()
         self.buffers = _allocate(index, envs, self.actions, net, unroll_length, num_buffers)
-        for r in self.buffers:  # buffer i is ticket i of the free queue (`_run_native`)
+        for r in self.buffers:  # buffer i is ticket i of the free queue (the native loop)
             r.stamp = np.zeros(2, np.int64)  # version and seq, for the native hand-offs
             self.free.reserve(r)
             self.free.put(r)
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, index, 1 << 20]))
-        # The native sampler (agents that sample the categorical softmax), and which loop
-        # runs: the fused native unroll (rlpar's native envs) or the step loop.
-        self.sampler = _native_sampler(index, agent, net, seed)
-        self.fused = self.sampler is not None and _can_fuse(index, envs, net)
+        #: the loop this actor runs (`rlpar.runtime.plan.ACTOR_LOOPS`)
+        self.path = loop or choose_actor_loop(envs, agent, net, "a lone actor").loop
+        self.sampler = native_sampler(index, agent, net, seed)
+        #: whether each unroll is one native call (and the step loop is None)
+        self.fused = self.path in ("native_loop", "fused")
         self.loop = None if self.fused else _native.StepLoop(net, envs.num_envs, self.sampler)
-        #: "sync" double buffering that can act on the step loop's side thread: which way the
-        #: next unroll goes (else None)
-        self.side_choice = (
-            _SideChoice()
-            if self.loop is not None
-            and self.loop.can_act_async
-            and isinstance(envs, SplitEnvs)
-            and all(isinstance(h, SyncHalf) for h in envs.halves)
-            else None
-        )
         try:
             # one seed per env where the vector env takes them (gymnasium types it int)
             obs, _ = envs.reset(seed=env_seeds(envs, seed, index, generation))  # type: ignore[arg-type]
@@ -173,7 +123,30 @@ class Actor:
         self.carry = Carry(index, envs, net, obs, self.rng, self.sampler, keep_resume_state)
         self.stats = ActorStats()
         self.seq = 0
-        self._all = slice(0, self.num_envs)
+        self.unroller = self._unroller()
+
+    def _unroller(self) -> Unroller:
+        """The unroller of this actor's loop, over its envs, carry and stats."""
+        if self.fused:
+            if self.sampler is None or not isinstance(self.envs, FusedEnvs):
+                raise ValueError(f"actor {self.index}: loop {self.path!r} needs native envs")
+            return Fused(self.envs, self.net, self.store, self.sampler, self.carry, self.stats)
+        assert self.loop is not None  # made for every loop but the fused ones
+        act = (
+            None
+            if self.sampler is not None
+            else PythonAct(self.agent, self.net, self.rng, self.actions)
+        )
+        parts = StepParts(self.loop, self.store, self.carry, self.stats, self.actions.to_env, act)
+        if self.path == "stepped":
+            return Stepped(self.envs, parts)
+        if not isinstance(self.envs, HalvedEnvs):
+            raise ValueError(f"actor {self.index}: loop {self.path!r} needs envs in halves")
+        if self.path == "split":
+            return InTurn(self.envs, parts)
+        if self.path == "split_side":
+            return SideAuto(SideActs(self.envs, parts), InTurn(self.envs, parts), self.stats)
+        raise ValueError(f"actor {self.index}: no such loop {self.path!r}")
 
     # ------------------------------------------------------------------ checkpoints, resume
 
@@ -211,10 +184,16 @@ class Actor:
     ) -> None:
         """Unroll until ``stop`` is set. In deterministic mode ``wait_for_version(v)`` blocks
         until version ``v`` is published (False when stopping), and the actor makes exactly
-        ``rollouts_per_version`` rollouts from each version."""
+        ``rollouts_per_version`` rollouts from each version. The plan's ``native_loop`` runs
+        the whole loop natively (`run_native_actor_loop`; ``out_queue`` a `HandOff`)."""
         meter = ThreadMeter()
         try:
-            self._run(stop, out_queue, episodes, wait_for_version, rollouts_per_version, meter)
+            if self.path == "native_loop":
+                if wait_for_version is not None or not isinstance(out_queue, HandOff):
+                    raise ValueError("the native actor loop needs a HandOff, no version waits")
+                run_native_actor_loop(self, stop, out_queue, episodes, meter)
+            else:
+                self._run(stop, out_queue, episodes, wait_for_version, rollouts_per_version, meter)
         finally:
             self.stats.gil = meter.read()  # the whole loop, however it ended
 
@@ -227,9 +206,6 @@ class Actor:
         rollouts_per_version: int,
         meter: ThreadMeter,
     ) -> None:
-        if wait_for_version is None and self._native_loop(out_queue):
-            self._run_native(stop, cast(HandOff, out_queue), episodes, meter)
-            return
         version = 1
         while not stop.is_set():
             if wait_for_version is not None and not wait_for_version(version):
@@ -254,75 +230,10 @@ class Actor:
                     self.stats.gil = gil
             version += 1
 
-    def _native_loop(self, out_queue: ItemQueue[Rollout]) -> bool:
-        """Whether this actor's whole loop can run natively (`_run_native`): fused unrolls,
-        rollouts handed over through `HandOff`s, envs that offer the loop."""
-        return (
-            self.fused
-            and isinstance(out_queue, HandOff)
-            and callable(getattr(self.envs, "fused_loop", None))
-        )
-
-    def _run_native(
-        self,
-        stop: threading.Event,
-        out: HandOff[Rollout],
-        episodes: EpisodeSink,
-        meter: ThreadMeter,
-    ) -> None:
-        """The loop of `_run` in native calls (`rlpar._native.FusedActorLoop.run`) of up to
-        `NATIVE_LOOP_S` each, without the GIL: take a free buffer, pin the latest snapshot, fused
-        unroll, stamp the rollout's version and seq (the learner reads them, `Rollout.read_stamp`),
-        queue it. Between two calls, with the GIL: the episodes that ended, the stats, the
-        checkpoint copy, the stop flag. Not in deterministic mode (it waits for versions)."""
-        c = self.carry
-        c.obs = np.array(c.obs)  # written in place by the loop from now on
-        c.prev_done = np.array(c.prev_done, bool)
-        loop = self.envs.fused_loop(  # type: ignore[attr-defined]  # checked by _native_loop
-            self.net,
-            self.store,
-            self.sampler,
-            self.free.tickets,
-            out.tickets,
-            self.buffers,
-            [out.reserve(r) for r in self.buffers],
-            c,
-            seq=self.seq,
-        )
-        steps = self.buffers[0].env_steps
-        stats, clock = self.stats, time.perf_counter
-        while not stop.is_set():
-            t0 = clock()
-            try:
-                n, ends, wait_s = loop.run(NATIVE_LOOP_S)
-            except ValueError as e:
-                raise explain_env_error(self.envs, e) from e
-            finally:
-                self.seq = loop.seq
-            if n:
-                episodes.add_many(ends)
-                c.unroll_done(None)
-                stats.rollouts += n
-                stats.env_steps += n * steps
-            stats.env_s += clock() - t0 - wait_s
-            stats.queue_wait_s += wait_s
-            if (gil := meter.poll()) is not None:
-                stats.gil = gil
-
     def unroll(self, r: Rollout, episodes: EpisodeSink) -> None:
-        """Fill ``r`` with T steps, all acted with one pinned parameter version."""
-        if self.fused:
-            self._unroll_fused(r, episodes)
-        elif self.side_choice is not None:
-            if self.side_choice.next(time.perf_counter()):
-                self._unroll_side_acts(r, episodes)
-                self.stats.side_unrolls += 1
-            else:
-                self._unroll_double_buffered(r, episodes)
-        elif isinstance(self.envs, SplitEnvs):
-            self._unroll_double_buffered(r, episodes)
-        else:
-            self._unroll_stepped(r, episodes)
+        """Fill ``r`` with T steps, all acted with one pinned parameter version (the loop's
+        unroller), and stamp it with this actor's index and sequence number."""
+        self.unroller.unroll(r, episodes)
         r.actor = self.index
         r.seq = self.seq
         if r.stamp is not None:  # what a native reader of the rollout takes them from
@@ -330,144 +241,6 @@ class Actor:
         self.seq += 1
         self.stats.rollouts += 1
         self.stats.env_steps += r.env_steps
-
-    def _unroll_fused(self, r: Rollout, episodes: EpisodeSink) -> None:
-        """The whole unroll in one native call (its time counts as env stepping); the native
-        loop carries the episodes as `_record` does."""
-        t0 = time.perf_counter()
-        envs, c = cast(FusedEnvs, self.envs), self.carry  # checked when the sampler was made
-        with self.store.pin() as snap:
-            r.version, ends = envs.fused_unroll(
-                self.net, snap, self.sampler, r, c.ep_return, c.ep_length, c.core
-            )
-        episodes.add_many(ends)
-        c.prev_done = r.terminated[-1] | r.truncated[-1]
-        c.unroll_done(r)
-        self.stats.env_s += time.perf_counter() - t0
-
-    def _unroll_stepped(self, r: Rollout, episodes: EpisodeSink) -> None:
-        """Envs that step in Python: between two env steps, one native call
-        (`_native.StepLoop.step`) writes the step into ``r``, carries the episodes, runs the
-        forward and (native sampling) draws the next actions; only the env's step and this one
-        call hold the GIL. An agent that samples in Python acts after each call."""
-        loop, envs, to_env = self.loop, self.envs, self.actions.to_env
-        assert loop is not None  # made in __init__ for every actor that does not fuse
-        act = None if self.sampler is not None else self._act
-        clock = time.perf_counter
-        steps = r.rewards.shape[0]
-        t0 = clock()
-        act_s = 0.0
-        with self.store.pin() as snap:
-            r.version = self.carry.begin(loop, snap, r)
-            try:
-                loop.act(0, self.carry.obs)
-                if act is not None:
-                    act_s += act(r, 0, self._all)
-                for t in range(1, steps):
-                    obs, reward, terminated, truncated, _ = envs.step(to_env(r.actions[t - 1]))
-                    loop.step(t, obs, reward, terminated, truncated)
-                    if act is not None:
-                        act_s += act(r, t, self._all)
-                obs, reward, terminated, truncated, _ = envs.step(to_env(r.actions[-1]))
-                loop.record(steps - 1, obs, reward, terminated, truncated)
-            finally:
-                ends, native_s = loop.end()
-        self.carry.unroll_done(r, obs)
-        episodes.add_many(ends)
-        self.stats.inference_s += native_s + act_s
-        self.stats.env_s += clock() - t0 - native_s - act_s
-
-    def _unroll_double_buffered(self, r: Rollout, episodes: EpisodeSink) -> None:
-        """`_unroll_stepped` over two halves of the envs (`SplitEnvs`): each half's inference
-        runs while the other half steps. Same rollout, same random draws in the same order:
-        half 0's then half 1's columns at every step, as one [K] draw would take them."""
-        loop, to_env = self.loop, self.actions.to_env
-        assert loop is not None
-        act = None if self.sampler is not None else self._act
-        assert isinstance(self.envs, SplitEnvs)
-        halves = [
-            (cols, cols.start, cols.stop, half)
-            for cols, half in zip(self.envs.cols, self.envs.halves, strict=True)
-        ]
-        clock = time.perf_counter
-        steps = r.rewards.shape[0]
-        env_s = act_s = 0.0
-        obs0 = self.carry.obs
-        with self.store.pin() as snap:
-            r.version = self.carry.begin(loop, snap, r)
-            try:
-                for t in range(steps):
-                    for cols, begin, end, half in halves:
-                        if t == 0:
-                            loop.act(0, obs0[cols], begin, end)
-                        else:
-                            t0 = clock()
-                            obs, reward, terminated, truncated = half.recv()
-                            env_s += clock() - t0
-                            loop.step(t, obs, reward, terminated, truncated, begin, end)
-                        if act is not None:
-                            act_s += act(r, t, cols)
-                        half.send(to_env(r.actions[t, cols]))
-                for _, begin, end, half in halves:
-                    t0 = clock()
-                    obs, reward, terminated, truncated = half.recv()
-                    env_s += clock() - t0
-                    loop.record(steps - 1, obs, reward, terminated, truncated, begin, end)
-            finally:
-                ends, native_s = loop.end()
-        episodes.add_many(ends)
-        self.carry.unroll_done(r)
-        self.stats.inference_s += native_s + act_s
-        self.stats.env_s += env_s
-
-    def _unroll_side_acts(self, r: Rollout, episodes: EpisodeSink) -> None:
-        """Double buffering for envs that step in this thread (`SyncHalf`): each half steps
-        while the other half's forward and draw run on the step loop's side thread
-        (`_native.StepLoop.step_async`, without the GIL). Every loop call first waits for the
-        act in flight, so acts run in `_unroll_double_buffered`'s order: the same rollout."""
-        loop, to_env = self.loop, self.actions.to_env
-        assert loop is not None and isinstance(self.envs, SplitEnvs)
-        halves = [
-            (cols, cols.start, cols.stop, cast(SyncHalf, half).envs)
-            for cols, half in zip(self.envs.cols, self.envs.halves, strict=True)
-        ]
-        clock = time.perf_counter
-        steps = r.rewards.shape[0]
-        env_s = 0.0
-        obs0 = self.carry.obs
-        with self.store.pin() as snap:
-            r.version = self.carry.begin(loop, snap, r)
-            try:
-                (first, b0, e0, _), (second, b1, e1, _) = halves
-                loop.act(0, obs0[first], b0, e0)
-                loop.act_async(0, obs0[second], b1, e1)
-                for t in range(steps):
-                    for cols, begin, end, envs in halves:
-                        # this half's actions[t]: the loop call before waited for its act
-                        actions = to_env(r.actions[t, cols])
-                        t0 = clock()
-                        obs, reward, terminated, truncated, _ = envs.step(actions)
-                        env_s += clock() - t0
-                        if t + 1 < steps:
-                            loop.step_async(t + 1, obs, reward, terminated, truncated, begin, end)
-                        else:
-                            loop.record(t, obs, reward, terminated, truncated, begin, end)
-            finally:
-                ends, native_s = loop.end()
-        episodes.add_many(ends)
-        self.carry.unroll_done(r)
-        self.stats.inference_s += native_s
-        self.stats.env_s += env_s
-
-    def _act(self, r: Rollout, t: int, cols: slice) -> float:
-        """An agent that samples in Python: its `act` on step ``t``'s outputs of the envs
-        ``cols``, written to ``r.actions``. Returns the seconds it took."""
-        t0 = time.perf_counter()
-        actions = self.agent.act(self.net, r.behaviour[t, cols], self.rng)
-        r.actions[t, cols] = self.actions.checked(
-            actions, cols.stop - cols.start, self.agent, "act"
-        )
-        return time.perf_counter() - t0
 
 
 class LocalActors:
@@ -497,8 +270,10 @@ class LocalActors:
         store: SnapshotStore,
         generation: int,
         keep_resume_state: bool = False,
+        loop: str | None = None,
     ) -> list[Actor]:
-        """One `Actor` over each actor's envs (their threads are the caller's to start)."""
+        """One `Actor` over each actor's envs (their threads are the caller's to start), each
+        running ``loop`` (the run's plan, `rlpar.runtime.plan`; None: `Actor`'s default)."""
         cfg = self.cfg
         return [
             Actor(
@@ -512,6 +287,7 @@ class LocalActors:
                 seed=cfg.seed,
                 generation=generation,
                 keep_resume_state=keep_resume_state,
+                loop=loop,
             )
             for i, envs in enumerate(self.envs)
         ]
@@ -551,29 +327,3 @@ def _allocate(
         )
         for _ in range(num_buffers)
     ]
-
-
-def _native_sampler(
-    index: int, agent: Agent, net: Net, seed: int
-) -> _native.CategoricalSampler | None:
-    """Actor ``index``'s native sampler, for an agent that samples the categorical softmax
-    (`Agent.native_sampling`) of a net with one Categorical head; else None (`Agent.act`)."""
-    if not agent.native_sampling:
-        return None
-    if sum(name == "logits" for name, *_ in net.outputs) != 1:
-        log.info("actor %d: Agent.act samples (the net has no single Categorical head)", index)
-        return None
-    key = np.random.SeedSequence([seed, index, 1 << 21]).generate_state(1)[0]
-    return _native.CategoricalSampler(int(key))
-
-
-def _can_fuse(index: int, envs: VectorEnv, net: Net) -> bool:
-    """Whether the whole unroll can run natively: rlpar's native envs that can run ``net``."""
-    if not isinstance(envs, FusedEnvs):
-        return False
-    try:
-        envs.check_fused(net)
-    except ValueError as e:
-        log.info("actor %d: step loop (%s)", index, e)
-        return False
-    return True

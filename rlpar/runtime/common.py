@@ -1,6 +1,7 @@
 """What the actor, the learner, the runner and the Ray backend share: the stop-aware queue
 calls, the stats each thread writes, the episode log, and the typed contracts (Protocols) for
-an actor's stand-in and for envs that run a whole unroll natively."""
+an actor's stand-in and for what envs can do (run a whole unroll or an actor's whole loop
+natively, step in two halves), which the run's plan asks (`rlpar.runtime.plan`)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ __all__ = [
     "EpisodeLog",
     "EpisodeSink",
     "FusedEnvs",
+    "HalvedEnvs",
     "ItemQueue",
+    "NativeLoopEnvs",
     "RecentLog",
     "ResumableEnvs",
     "queue_get",
@@ -235,3 +238,38 @@ class FusedEnvs(Protocol):
     ) -> tuple[int, list[tuple[float, int]]]:
         """Fill ``rollout``; returns (the snapshot's version, the episodes that ended).
         ``core``: a recurrent net's `rlpar.runtime.recurrent.CoreState` (carried, updated)."""
+
+
+@runtime_checkable
+class NativeLoopEnvs(FusedEnvs, Protocol):
+    """`FusedEnvs` that also run an actor's whole loop natively (`fused_loop`, see
+    `rlpar.runtime.handoff.run_native_actor_loop`): rlpar's native envs."""
+
+    def fused_loop(
+        self,
+        net: Net,
+        store: Any,
+        sampler: Any,
+        free: Any,
+        out: Any,
+        buffers: Any,
+        out_tickets: Any,
+        carry: Any,
+        seq: int = 0,
+    ) -> Any:
+        """The native actor loop (`rlpar._native.FusedActorLoop`) over these envs: it takes
+        free buffers' tickets from ``free``, fills them and puts ``out_tickets`` on ``out``."""
+
+
+@runtime_checkable
+class HalvedEnvs(Protocol):
+    """An actor's envs in two halves that step apart, for double buffering
+    (`rlpar.runtime.env_modes.SplitEnvs`): ``halves[h]`` steps the columns ``cols[h]`` with
+    ``send(actions)`` and ``recv() -> (obs, reward, terminated, truncated)``."""
+
+    halves: list[Any]
+    cols: list[slice]
+
+    def sync_halves(self) -> list[Any] | None:
+        """Each half's vector envs where every half steps in the caller's thread (a "sync"
+        half: `recv` steps them there), else None."""

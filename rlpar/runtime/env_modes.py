@@ -25,7 +25,7 @@ import pickle
 import re
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -484,7 +484,7 @@ class SyncHalf(_SendRecv):
     """Half of a "sync" actor's envs, for double buffering (`SplitEnvs`): `send` keeps the
     actions and `recv` steps ``envs`` with them in the calling thread, holding the GIL as
     "sync" does (the actor steps ``envs`` directly and overlaps the other half's forward,
-    `rlpar.runtime.actor.Actor`)."""
+    `rlpar.runtime.unrollers.SideActs`)."""
 
     def __init__(self, envs: VectorEnv) -> None:
         self.envs = envs
@@ -559,6 +559,13 @@ class SplitEnvs(VectorEnv):
             h.send(actions[c])
         parts = [h.recv() for h in self.halves]
         return (*(np.concatenate(x) for x in zip(*parts, strict=True)), {})
+
+    def sync_halves(self) -> list[VectorEnv] | None:
+        """Each half's vector envs where every half is a `SyncHalf` (it steps in the caller's
+        thread, so the actor may step it directly), else None."""
+        if all(isinstance(h, SyncHalf) for h in self.halves):
+            return [cast(SyncHalf, h).envs for h in self.halves]
+        return None
 
     def close_extras(self, **kwargs: Any) -> None:
         for h in self.halves:

@@ -18,17 +18,36 @@ slot's number every time, and a native loop that knows the number can queue it w
 It offers the part of `queue.Queue`'s interface the runtime uses (``put``, ``get``,
 ``put_nowait``, ``get_nowait``, ``qsize``, ``empty``, ``maxsize``), with the same exceptions
 (`queue.Full`, `queue.Empty`), so `queue_get`/`queue_put` and the Ray backend take either.
+
+`run_native_actor_loop` is an actor's side of these hand-offs when its whole loop is native
+(the plan's ``native_loop``): the buffers go round between its free queue and the learner's
+queue by their tickets, without Python per rollout.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from typing import Generic, TypeVar
+import time
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+import numpy as np
 
 from rlpar import _native
+from rlpar.runtime.common import EpisodeSink
+from rlpar.runtime.envs import explain_env_error
+from rlpar.runtime.gil_meter import ThreadMeter
 
-__all__ = ["HandOff"]
+if TYPE_CHECKING:
+    from rlpar.data import Rollout
+    from rlpar.runtime.actor import Actor
+
+__all__ = ["NATIVE_LOOP_S", "HandOff", "run_native_actor_loop"]
+
+#: How long one native call of an actor's native loop runs (`run_native_actor_loop`): between
+#: two, the actor looks at the stop flag and logs the episodes that ended. The Python between
+#: two calls (~60 us) is 0.6 % of it.
+NATIVE_LOOP_S = 0.01
 
 T = TypeVar("T")
 
@@ -118,3 +137,51 @@ class HandOff(Generic[T]):
             self._slots.append(None)
             self._kept.append(False)
             return len(self._slots) - 1
+
+
+def run_native_actor_loop(
+    actor: Actor,
+    stop: threading.Event,
+    out: HandOff[Rollout],
+    episodes: EpisodeSink,
+    meter: ThreadMeter,
+) -> None:
+    """``actor``'s loop in native calls (`rlpar._native.FusedActorLoop.run`, over envs that offer
+    ``fused_loop``, `rlpar.runtime.common.NativeLoopEnvs`) of up to `NATIVE_LOOP_S` each,
+    without the GIL: take a free buffer, pin the latest snapshot, fused unroll, stamp the
+    rollout's version and seq (the learner reads them, `Rollout.read_stamp`), queue it on
+    ``out``. Between two calls, with the GIL: the episodes that ended, the stats, the checkpoint
+    copy, the stop flag. Not in deterministic mode (it waits for versions)."""
+    c, envs = actor.carry, actor.envs
+    c.obs = np.array(c.obs)  # written in place by the loop from now on
+    c.prev_done = np.array(c.prev_done, bool)
+    loop = envs.fused_loop(  # type: ignore[attr-defined]  # the plan checked NativeLoopEnvs
+        actor.net,
+        actor.store,
+        actor.sampler,
+        actor.free.tickets,
+        out.tickets,
+        actor.buffers,
+        [out.reserve(r) for r in actor.buffers],
+        c,
+        seq=actor.seq,
+    )
+    steps = actor.buffers[0].env_steps
+    stats, clock = actor.stats, time.perf_counter
+    while not stop.is_set():
+        t0 = clock()
+        try:
+            n, ends, wait_s = loop.run(NATIVE_LOOP_S)
+        except ValueError as e:
+            raise explain_env_error(envs, e) from e
+        finally:
+            actor.seq = loop.seq
+        if n:
+            episodes.add_many(ends)
+            c.unroll_done(None)
+            stats.rollouts += n
+            stats.env_steps += n * steps
+        stats.env_s += clock() - t0 - wait_s
+        stats.queue_wait_s += wait_s
+        if (gil := meter.poll()) is not None:
+            stats.gil = gil

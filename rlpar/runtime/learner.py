@@ -1,10 +1,11 @@
 """The learner thread: a thin shell around ``agent.learn`` (batching, policy lag, publishing),
 and between two steps, the run's hooks (stop rules, target checks, checkpoints).
 
-Beside actors whose whole loop is native (threads of this process, outside deterministic mode)
-the batch is taken natively (`NativeInbox`: the rollouts popped from the inbox, copied side by
-side and handed back in native code, no Python per rollout); otherwise in Python
-(`Learner._gather`, `Batch.stack`)."""
+The run's plan (`rlpar.runtime.plan`) gives the learner its loop: ``python`` takes each batch
+in Python (`Learner._gather`, `Batch.stack`) and calls ``agent.learn``; ``native_inbox`` takes
+it natively (`NativeInbox`: the rollouts popped from the inbox, copied side by side and handed
+back in native code, no Python per rollout) and calls ``agent.learn``; ``native_learn`` runs
+the take, the optimizer steps and the publish in native calls (`NativeLoop`)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from rlpar.optim import skip_nonfinite_step
 from rlpar.runtime.common import POLL_S, ActorHandle, ActorState, EpisodeLog, ItemQueue
 from rlpar.runtime.gil_meter import GilTimes, ThreadMeter
 from rlpar.runtime.handoff import HandOff
+from rlpar.runtime.plan import LEARNER_LOOPS
 from rlpar.snapshot import SnapshotStore
 
 __all__ = [
@@ -108,7 +110,7 @@ class NativeInbox:
     each rollout's version comes from its ``stamp``.
 
     ``release_gil``: the copies run without the GIL (for actors that never want it, those
-    whose whole loop is native: `rlpar.runtime.actor.Actor._run_native`); else they keep it,
+    whose whole loop is native: `rlpar.runtime.handoff.run_native_actor_loop`); else they keep it,
     since handing it to an actor that steps a Python env costs the learner more than the copy."""
 
     def __init__(self, queue: HandOff[Rollout], actors: Sequence[Any], release_gil: bool) -> None:
@@ -128,9 +130,6 @@ class NativeInbox:
         self._fields = [
             (n, getattr(first, n).dtype, getattr(first, n).shape, ENV_AXIS[n]) for n in ARRAY_FIELDS
         ]
-        #: attached for the learner's native loop alone (its actors step Python envs): without
-        #: the loop the learner takes its batches in Python
-        self.for_loop_only = False
 
     def batch_arrays(self, count: int) -> dict[str, np.ndarray]:
         """Empty arrays for a batch of ``count`` rollouts, by field (`rlpar.data.ARRAY_FIELDS`)."""
@@ -197,8 +196,11 @@ class NativeLoop:
         batch = Batch(**self.arrays, versions=self.versions, policy_lag=self.versions,
                       learner_version=1)  # fmt: skip
         pool = learner.state.pool
-        #: how the step uses the learner's threads (`rlpar.learner_split`); "shards" has no loop
+        #: how the step uses the learner's threads (`rlpar.learner_split`); "shards" has no
+        #: loop (the plan chose another, `rlpar.learner_step.splits_into_shards`)
         self.split = learner_split(learner.net, pool, batch)
+        if self.split == "shards":
+            raise RuntimeError("the plan's native learn loop: the step is split into shards")
         self.pool = pool.native if pool is not None and self.split == "rows" else None
         state, net = learner.state, learner.net
         if state.grad is None or state.grad.shape != (net.num_params,):
@@ -212,25 +214,15 @@ class NativeLoop:
         if inbox is None:
             return None
         plan = learner.agent.native_learn(learner.net, learner.state)
-        if plan is None or learner.state.optimizer._native_step() is None:
+        if plan is None or learner.state.optimizer.native_step() is None:
             return None
         return plan
-
-    @classmethod
-    def make(cls, learner: Learner, inbox: NativeInbox | None) -> NativeLoop | None:
-        """The loop for ``learner`` where `plan_for` gives a plan and the step is not split
-        into column shards; else None (the learner calls ``agent.learn``)."""
-        plan = cls.plan_for(learner, inbox)
-        if inbox is None or plan is None:
-            return None
-        loop = cls(inbox, plan, learner)
-        return None if loop.split == "shards" else loop
 
     def run(self) -> int:
         """One call: the learner steps it took (0 when no whole batch came within the budget)."""
         ln, plan = self.learner, self.plan
         state, s = ln.state, ln.stats
-        optim = state.optimizer._native_step()  # this step's count and learning rate
+        optim = state.optimizer.native_step()  # this step's count and learning rate
         if optim is None:
             raise RuntimeError("the learner's optimizer no longer has a native step")
         try:
@@ -303,7 +295,14 @@ class Learner:
         clock: VersionClock,
         episodes: EpisodeLog | None = None,  # log the episodes that ride with rollouts
         stats: LearnerStats | None = None,
+        loop: str = "python",
+        inbox: NativeInbox | None = None,
     ) -> None:
+        """``loop``: the run's plan for the learner (`rlpar.runtime.plan.LEARNER_LOOPS`);
+        ``inbox``: the native take over the run's queue, for "native_inbox" and
+        "native_learn" (built before any actor thread starts)."""
+        if (loop != "python") != (inbox is not None) or loop not in LEARNER_LOOPS:
+            raise ValueError(f"learner loop {loop!r} with inbox {inbox!r}")
         self.agent, self.net, self.state, self.store = agent, net, state, store
         self.actors = actors
         self.batch_rollouts = batch_rollouts
@@ -312,34 +311,14 @@ class Learner:
         self.clock = clock
         self.episodes = episodes
         self.stats = stats if stats is not None else LearnerStats()
-        #: takes the batches natively from its queue when set (`attach_inbox`)
-        self.inbox: NativeInbox | None = None
+        self.loop = loop
+        #: takes the batches natively from its queue when set (the plan's native loops)
+        self.inbox = inbox
         #: deterministic mode: each actor's `checkpoint_state` as of the learner's last step
         #: (before it, as restored); what the run's checkpoints keep of the actors. Else None.
         self.actor_states: list[ActorState] | None = (
             [a.checkpoint_state() for a in actors] if deterministic else None
         )
-
-    def attach_inbox(self, queue: HandOff[Rollout], actors: Sequence[Any]) -> None:
-        """Take batches from ``queue`` natively (`NativeInbox`, the copies and the publish
-        without the GIL) where the Python take costs the actors: not in deterministic mode (it
-        orders the batch by actor), every actor a thread of this process (``actors``, before
-        they start), and either every actor running its whole loop natively
-        (`Actor._run_native`), or the agent's step one the learner's native loop can run
-        (`NativeLoop`, `Agent.native_learn`): beside actors that step Python envs the learner
-        then takes the GIL once every `LEARN_LOOP_S` instead of once a step, each time it
-        would have cost the actor a round trip. Beside such actors, with ``learn`` in Python
-        the Python take is kept: there the native one measured no faster
-        (docs/performance.md, "The actor loop and the learner's take in native calls")."""
-        from rlpar.runtime.actor import Actor  # the actors' module imports this one
-
-        if self.deterministic or not actors or not all(isinstance(a, Actor) for a in actors):
-            return
-        if all(a._native_loop(queue) for a in actors):
-            self.inbox = NativeInbox(queue, actors, release_gil=True)
-        elif self.agent.native_learn(self.net, self.state) is not None:
-            self.inbox = NativeInbox(queue, actors, release_gil=True)
-            self.inbox.for_loop_only = True
 
     @property
     def version(self) -> int:
@@ -358,10 +337,15 @@ class Learner:
         runs it writes the final checkpoint after this thread returns."""
         meter = ThreadMeter()
         try:
-            inbox = self.inbox if self.inbox is not None and self.inbox.queue is in_queue else None
-            loop = NativeLoop.make(self, inbox)
-            if loop is None and inbox is not None and inbox.for_loop_only:
-                inbox = None  # the step is not the loop's (column shards): the Python take
+            inbox = self.inbox
+            if inbox is not None and inbox.queue is not in_queue:
+                raise ValueError("the learner's native inbox takes from another queue")
+            loop = None
+            if self.loop == "native_learn":
+                plan = NativeLoop.plan_for(self, inbox)
+                if inbox is None or plan is None:
+                    raise RuntimeError("the run's plan chose the native learn loop; it cannot run")
+                loop = NativeLoop(inbox, plan, self)
             while not stop.is_set():
                 if loop is not None:
                     if loop.run() == 0:

@@ -79,6 +79,9 @@ class RunResult:
     eval_mean, passed."""
     gil: dict[str, Any] = field(default_factory=dict)
     """The GIL meter over the whole run, as in `Progress.gil`."""
+    plan: dict[str, Any] = field(default_factory=dict)
+    """How the run executed (`rlpar.runtime.plan.ExecutionPlan.to_dict`): {"actor": {"loop",
+    "reason"}, "learner": {"loop", "reason"}}."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

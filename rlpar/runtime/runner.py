@@ -6,7 +6,10 @@ checks (errors, signals, the stop rules: step budget, target return, wall clock;
 callback) -> stop flag -> bounded joins -> the first thread error, if any, re-raised (after a
 final checkpoint, unless the learner failed) -> final checkpoint -> final evaluation.
 
-Each piece is built with what it needs and none calls back into the Runner:
+Each piece is built with what it needs and none calls back into the Runner. How the run
+executes is chosen once, before any thread starts (`rlpar.runtime.plan.plan_run`: the actors'
+loop and the learner's, each with its reason); each piece gets its part as an argument, and
+`RunResult.plan` records it.
 
 - `rlpar.runtime.actor.LocalActors` (or `rlpar.runtime.ray.RayActors`): the actors
   and their envs;
@@ -58,7 +61,8 @@ from rlpar.runtime.common import ActorHandle, ActorState, RecentLog
 from rlpar.runtime.counters import RunCounters
 from rlpar.runtime.evaluator import EvalPoint, build_evaluators
 from rlpar.runtime.handoff import HandOff
-from rlpar.runtime.learner import Learner, LearnerHook, LearnerStats, VersionClock
+from rlpar.runtime.learner import Learner, LearnerHook, LearnerStats, NativeInbox, VersionClock
+from rlpar.runtime.plan import ExecutionPlan, plan_run
 from rlpar.runtime.reports import GilBoundCheck, Progress, RunResult, gil_shares, measure_progress
 from rlpar.runtime.stop_rules import Rule, StopVerdict, TargetCheck, stop_rules
 from rlpar.runtime.threads import RunThreads, SignalStop, note_thread_error, supervise
@@ -129,7 +133,7 @@ class Runner:
 
     def _build_net_and_actors(self, resumed: Checkpoint | None) -> None:
         """Envs (or Ray actor processes) -> spaces -> net -> learner state (restored on resume)
-        -> snapshot store with the first version -> actors."""
+        -> snapshot store with the first version -> the plan -> actors."""
         cfg = self.cfg
         self.agent.check_runtime(cfg)
         backend = self.backend = _start_backend(self.env_cfg, cfg)
@@ -139,12 +143,19 @@ class Runner:
         periodic = self.eval_cfg is not None and self.eval_cfg.interval_env_steps is not None
         pins = cfg.num_actors + (1 if periodic else 0)
         self.store = _first_store(self.state, self.net.num_params, pins)
-        keep = self.checkpoint_dir is not None  # the actors' episodes go into checkpoints
-        self.actors.extend(
-            backend.start(
-                self.agent, self.net, self.store, self._generation, keep_resume_state=keep
-            )
+        local = backend if isinstance(backend, LocalActors) else None
+        self.plan = plan_run(
+            cfg, self.agent, self.net, self.state, local.envs if local is not None else None
         )
+        log.info("execution plan: %s", self.plan.describe())
+        keep = self.checkpoint_dir is not None  # the actors' episodes go into checkpoints
+        args = (self.agent, self.net, self.store, self._generation)
+        if local is not None:
+            self.actors.extend(
+                local.start(*args, keep_resume_state=keep, loop=self.plan.actor.loop)
+            )
+        else:  # each actor process chooses its unroller (`RayActors`)
+            self.actors.extend(backend.start(*args, keep_resume_state=keep))
 
     def _build_pieces(self, resumed_counters: dict[str, Any]) -> None:
         """The counters, the queue and the learner, and the pieces that read them: the stop
@@ -156,8 +167,15 @@ class Runner:
         self.episodes = self.counters.episodes
         self.queue: HandOff[Rollout] = HandOff(maxsize=cfg.num_actors * cfg.buffers_per_actor)
         self._verdict = StopVerdict(self.stop)
-        self.learner = _learner(cfg, self.agent, self.net, self.state, self.store, self.counters)
-        self.learner.attach_inbox(self.queue, self.actors)  # batches taken natively, if it can
+        # A native take registers every actor buffer in the queue before any thread starts.
+        inbox = (
+            None
+            if self.plan.learner.loop == "python"
+            else NativeInbox(self.queue, self.actors, release_gil=True)
+        )
+        self.learner = _learner(
+            cfg, self.agent, self.net, self.state, self.store, self.counters, self.plan, inbox
+        )
         self.clock = self.learner.clock
         self._checkpoints = Checkpointer(
             self.checkpoint_dir,
@@ -317,6 +335,7 @@ class Runner:
             stuck_threads=stuck,
             target_checks=[dataclasses.asdict(c) for c in self.target_checks],
             gil=self.gil_report(),
+            plan=self.plan.to_dict(),
         )
 
     def close(self) -> None:
@@ -410,10 +429,13 @@ def _learner(
     state: LearnerState,
     store: SnapshotStore,
     counters: RunCounters,
+    plan: ExecutionPlan,
+    inbox: NativeInbox | None,
 ) -> Learner:
-    """The learner of a run configured by ``cfg``, over ``counters.actors``. Deterministic mode:
-    no rollout dropped for its policy lag, the episodes that ride with the rollouts logged in
-    batch order, and the learner's stats are ``counters.learned``."""
+    """The learner of a run configured by ``cfg``, over ``counters.actors``, running the loop
+    of ``plan`` (with ``inbox``, its native take). Deterministic mode: no rollout dropped for
+    its policy lag, the episodes that ride with the rollouts logged in batch order, and the
+    learner's stats are ``counters.learned``."""
     return Learner(
         agent=agent,
         net=net,
@@ -426,6 +448,8 @@ def _learner(
         clock=VersionClock(state.steps + 1),
         episodes=counters.episodes if cfg.deterministic else None,
         stats=counters.learned,
+        loop=plan.learner.loop,
+        inbox=inbox,
     )
 
 

@@ -23,6 +23,7 @@ from rlpar.runtime.common import (
 )
 from rlpar.runtime.env_setup import run_setup
 from rlpar.runtime.envs import make_actor_envs
+from rlpar.runtime.plan import choose_actor_loop
 from rlpar.runtime.ray.protocol import NeedParams, RolloutReply, RolloutRequest, canonical
 from rlpar.snapshot import SnapshotStore
 
@@ -156,6 +157,9 @@ class ActorProcess:
             seed=cfg.seed,
             generation=generation,
             keep_resume_state=self.keep_resume_state,
+            loop=choose_actor_loop(
+                self.envs[thread], self.agent, self.net, "rollouts cross processes"
+            ).loop,
         )
         actor.set_rng_state(request.rng_state, request.sampler_state)
         if resume is not None and restarts == 0:  # a restarted process starts new episodes
