@@ -149,13 +149,13 @@ class Runner:
         )
         log.info("execution plan: %s", self.plan.describe())
         keep = self.checkpoint_dir is not None  # the actors' episodes go into checkpoints
-        args = (self.agent, self.net, self.store, self._generation)
+        agent, net, store, generation = self.agent, self.net, self.store, self._generation
         if local is not None:
             self.actors.extend(
-                local.start(*args, keep_resume_state=keep, loop=self.plan.actor.loop)
+                local.start(agent, net, store, generation, keep, loop=self.plan.actor.loop)
             )
         else:  # each actor process chooses its unroller (`RayActors`)
-            self.actors.extend(backend.start(*args, keep_resume_state=keep))
+            self.actors.extend(backend.start(agent, net, store, generation, keep))
 
     def _build_pieces(self, resumed_counters: dict[str, Any]) -> None:
         """The counters, the queue and the learner, and the pieces that read them: the stop
