@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -54,9 +54,7 @@ from rlpar.losses import NativeLoss, PpoOptions
 from rlpar.nn import Conv2d, Net, Tape
 from rlpar.optim import clip_grad_norm, skip_nonfinite_step
 from rlpar.parallel import ShardPool, ThreadPool
-
-if TYPE_CHECKING:
-    from rlpar.agent import LearnerState
+from rlpar.state import LearnerState
 
 __all__ = [
     "Loss",
