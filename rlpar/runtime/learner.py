@@ -188,17 +188,18 @@ class NativeLoop:
         self.inbox, self.plan, self.learner = inbox, plan, learner
         count = learner.batch_rollouts
         self.arrays = inbox.batch_arrays(count)
-        self.dst = list(self.arrays.values())
+        #: the batch's fields in the inbox's layout order: the arrays the native take fills
         self.names = list(self.arrays)
         self.versions = np.zeros(count, np.int64)
         self.filled = 0
         self.done = np.zeros(2, np.int64)
         self.samples = int(self.arrays["rewards"].size)
-        batch = Batch(**self.arrays, versions=self.versions, policy_lag=self.versions,
-                      learner_version=1)  # fmt: skip
+        #: the take's arrays and the step's batch at once (the native loop's batch view)
+        self.batch = Batch(**self.arrays, versions=self.versions, policy_lag=self.versions,
+                           learner_version=1)  # fmt: skip
         pool = learner.state.pool
         #: how the step uses the learner's threads (`rlpar.learner_split`); "shards" has no loop
-        self.split = learner_split(learner.net, pool, batch)
+        self.split = learner_split(learner.net, pool, self.batch)
         self.pool = pool.native if pool is not None and self.split == "rows" else None
         state, net = learner.state, learner.net
         if state.grad is None or state.grad.shape != (net.num_params,):
@@ -235,7 +236,7 @@ class NativeLoop:
             raise RuntimeError("the learner's optimizer no longer has a native step")
         try:
             r = _native.learn_loop(
-                self.inbox._inbox, self.names, self.dst, self.versions, self.filled, ln.version,
+                self.inbox._inbox, self.batch, self.names, self.versions, self.filled, ln.version,
                 ln.max_policy_lag, ln.net, state.params, self.grad,
                 plan.loss.native, passes=plan.passes, max_grad_norm=float(plan.max_grad_norm),
                 optimizer=optim, store=ln.store, pool=self.pool,
