@@ -374,6 +374,68 @@ class TicketQueue:
     @property
     def maxsize(self) -> int:
         ...
+class LearnLoopResult:
+    """
+    What a learn_loop call did (read-only).
+    """
+    @property
+    def applied(self) -> int:
+        """
+        Optimizer steps applied.
+        """
+    @property
+    def batches(self) -> int:
+        """
+        Learner steps finished (each published).
+        """
+    @property
+    def dropped(self) -> int:
+        """
+        Rollouts handed back unused: older than max_lag.
+        """
+    @property
+    def filled(self) -> int:
+        """
+        Column blocks of a batch left part-taken in the batch's arrays.
+        """
+    @property
+    def lag_max(self) -> int:
+        """
+        The last batch's largest policy lag.
+        """
+    @property
+    def lag_mean(self) -> float:
+        """
+        The last batch's mean policy lag.
+        """
+    @property
+    def learn_s(self) -> float:
+        """
+        Seconds in the optimizer steps.
+        """
+    @property
+    def metrics(self) -> typing.Any:
+        """
+        The last step's loss metrics (a dict), None without a step.
+        """
+    @property
+    def passes(self) -> tuple:
+        """
+        The last batch's steps: (grad_norm, applied) each.
+        """
+    @property
+    def publish_s(self) -> float:
+        """
+        Seconds publishing.
+        """
+    @property
+    def skipped_publishes(self) -> int:
+        ...
+    @property
+    def take_s(self) -> float:
+        """
+        Seconds taking batches (waiting too).
+        """
 class TrainLoss:
     """
     A built-in loss for train_step (rlpar.NativeLoss builds it).
@@ -472,9 +534,9 @@ def gil_release_threshold() -> float:
     ...
 def global_norm(grad: typing.Any) -> float:
     ...
-def learn_loop(inbox: typing.Any, batch: typing.Any, names: collections.abc.Sequence, versions: typing.Any, start: typing.SupportsInt | typing.SupportsIndex, learner_version: typing.SupportsInt | typing.SupportsIndex, max_lag: typing.Any, net: Net, params: typing.Any, grad: typing.Any, loss: TrainLoss, *, passes: typing.SupportsInt | typing.SupportsIndex, max_grad_norm: typing.SupportsFloat | typing.SupportsIndex, optimizer: tuple, store: SnapshotStore, pool: typing.Any, budget_s: typing.SupportsFloat | typing.SupportsIndex, done: typing.Any) -> dict:
+def learn_loop(inbox: typing.Any, batch: typing.Any, names: collections.abc.Sequence, versions: typing.Any, start: typing.SupportsInt | typing.SupportsIndex, learner_version: typing.SupportsInt | typing.SupportsIndex, max_lag: typing.Any, net: Net, params: typing.Any, grad: typing.Any, loss: TrainLoss, *, passes: typing.SupportsInt | typing.SupportsIndex, max_grad_norm: typing.SupportsFloat | typing.SupportsIndex, optimizer: tuple, store: SnapshotStore, pool: typing.Any, budget_s: typing.SupportsFloat | typing.SupportsIndex, done: typing.Any) -> LearnLoopResult:
     """
-    The learner's loop for an actor-critic loss as one call without the GIL, for up to budget_s seconds: take a batch of versions.shape[0] rollouts from inbox into batch's arrays (an rlpar.Batch; its fields names, in the inbox's layout order; from column block start), passes optimizer steps on it (passes = 0: none, an idle learner), publish the parameters to store as learner_version + 1, and again. Returns a dict: batches, filled (columns of a batch left part-taken), dropped, applied (optimizer steps), skipped_publishes, the last batch's lag_mean and lag_max, metrics and passes ((grad_norm, applied) each), take_s, learn_s, publish_s. done (int64 [2]): batches and optimizer steps finished, also when a step raises.
+    The learner's loop for an actor-critic loss as one call without the GIL, for up to budget_s seconds: take a batch of versions.shape[0] rollouts from inbox into batch's arrays (an rlpar.Batch; its fields names, in the inbox's layout order; from column block start), passes optimizer steps on it (passes = 0: none, an idle learner), publish the parameters to store as learner_version + 1, and again. Returns a LearnLoopResult. done (int64 [2]): batches and optimizer steps finished, also when a step raises.
     """
 def native_env_names() -> list[str]:
     """

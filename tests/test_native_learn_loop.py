@@ -241,7 +241,11 @@ def test_learn_loop_refuses_bad_input() -> None:
         args.update(kw)
         return _native.learn_loop(**args)
 
-    assert call()["batches"] == 0  # a zero budget takes nothing
+    r = call()
+    assert isinstance(r, _native.LearnLoopResult)
+    assert (r.batches, r.filled, r.applied, r.passes, r.metrics) == (0, 0, 0, (), None)  # no take
+    with pytest.raises(AttributeError):
+        r.batches = 1  # type: ignore[misc]
     with pytest.raises(ValueError, match="passes: expected an integer >= 0, got -1"):
         call(passes=-1)
     with pytest.raises(ValueError, match="budget_s: expected a finite number"):

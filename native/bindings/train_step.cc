@@ -268,6 +268,17 @@ py::list train_steps(const std::shared_ptr<rlpar::Net>& net, py::handle params, 
   return out;
 }
 
+// learn_loop's result as Python reads it (rlpar._native.LearnLoopResult, read-only fields):
+// rlpar::train::LearnLoopResult with the last batch's passes and metrics in Python's terms.
+struct LearnLoopOut {
+  int64_t batches = 0, filled = 0, dropped = 0, applied = 0, skipped_publishes = 0;
+  double lag_mean = 0;
+  int64_t lag_max = 0;
+  py::object metrics = py::none();  // the last step's (dict), None without one
+  py::tuple passes;                 // the last batch's (grad_norm, applied), one per pass
+  double take_s = 0, learn_s = 0, publish_s = 0;
+};
+
 // The learner's whole loop for a built-in actor-critic loss, as one call without the GIL: take
 // a batch from the inbox (rlpar/inbox.h; waiting, copying, handing buffers back), `passes`
 // optimizer steps on it (train_step.h; none with passes = 0, a benchmark's idle learner),
@@ -281,12 +292,13 @@ py::list train_steps(const std::shared_ptr<rlpar::Net>& net, py::handle params, 
 // is not applied (the batch's other passes are, as train_steps would), and the call ends after
 // that batch's publish so the caller can count it. `done` (int64 [2]): batches finished and
 // optimizer steps applied so far, also when a step raises.
-py::dict learn_loop(py::handle inbox, py::handle batch, const py::sequence& names,
-                     py::handle versions, int64_t start, int64_t learner_version,
-                     py::object max_lag, const std::shared_ptr<rlpar::Net>& net,
-                     py::handle params, py::handle grad, const TrainLoss& loss, int64_t passes,
-                     double max_grad_norm, const py::tuple& optimizer, const PyStore& store,
-                     py::handle pool_obj, double budget_s, py::handle done) {
+LearnLoopOut learn_loop(py::handle inbox, py::handle batch, const py::sequence& names,
+                        py::handle versions, int64_t start, int64_t learner_version,
+                        py::object max_lag, const std::shared_ptr<rlpar::Net>& net,
+                        py::handle params, py::handle grad, const TrainLoss& loss,
+                        int64_t passes, double max_grad_norm, const py::tuple& optimizer,
+                        const PyStore& store, py::handle pool_obj, double budget_s,
+                        py::handle done) {
   int64_t* finished = output_array<int64_t>(done, "done", {2});
   finished[0] = finished[1] = 0;
   if (passes < 0) {
@@ -395,23 +407,21 @@ py::dict learn_loop(py::handle inbox, py::handle batch, const py::sequence& name
   // The take's time went mostly to waiting for rollouts: not native work (gil.h's meter)
   GilMeter& meter = thread_gil_meter();
   meter.released_ns -= std::min<int64_t>(meter.released_ns, static_cast<int64_t>(waited * 1e9));
-  py::list passes_out;
-  for (const auto& step : r.last) passes_out.append(py::make_tuple(step.grad_norm, step.applied));
-  py::object metrics = py::none();
-  if (!r.last.empty()) metrics = step_result(a.spec, r.last.back())[0];
-  py::dict out;
-  out["batches"] = r.batches;
-  out["filled"] = r.filled;
-  out["dropped"] = r.dropped;
-  out["applied"] = r.applied;
-  out["skipped_publishes"] = r.skipped_publishes;
-  out["lag_mean"] = r.lag_mean;
-  out["lag_max"] = r.lag_max;
-  out["metrics"] = metrics;
-  out["passes"] = passes_out;
-  out["take_s"] = r.take_s;
-  out["learn_s"] = r.learn_s;
-  out["publish_s"] = r.publish_s;
+  LearnLoopOut out;
+  py::list last_passes;
+  for (const auto& step : r.last) last_passes.append(py::make_tuple(step.grad_norm, step.applied));
+  out.passes = py::tuple(last_passes);
+  if (!r.last.empty()) out.metrics = step_result(a.spec, r.last.back())[0];
+  out.batches = r.batches;
+  out.filled = r.filled;
+  out.dropped = r.dropped;
+  out.applied = r.applied;
+  out.skipped_publishes = r.skipped_publishes;
+  out.lag_mean = r.lag_mean;
+  out.lag_max = r.lag_max;
+  out.take_s = r.take_s;
+  out.learn_s = r.learn_s;
+  out.publish_s = r.publish_s;
   return out;
 }
 
@@ -440,6 +450,23 @@ void bind_train_step(py::module_& m) {
         "taken; stops after a step whose gradient was not finite. done (int64 [1]) counts the "
         "steps finished, also when one raises. Returns a list of (metrics, grad_norm, "
         "applied), one per step run.");
+  py::class_<LearnLoopOut>(m, "LearnLoopResult", "What a learn_loop call did (read-only).")
+      .def_readonly("batches", &LearnLoopOut::batches, "Learner steps finished (each published).")
+      .def_readonly("filled", &LearnLoopOut::filled,
+                    "Column blocks of a batch left part-taken in the batch's arrays.")
+      .def_readonly("dropped", &LearnLoopOut::dropped,
+                    "Rollouts handed back unused: older than max_lag.")
+      .def_readonly("applied", &LearnLoopOut::applied, "Optimizer steps applied.")
+      .def_readonly("skipped_publishes", &LearnLoopOut::skipped_publishes)
+      .def_readonly("lag_mean", &LearnLoopOut::lag_mean, "The last batch's mean policy lag.")
+      .def_readonly("lag_max", &LearnLoopOut::lag_max, "The last batch's largest policy lag.")
+      .def_readonly("metrics", &LearnLoopOut::metrics,
+                    "The last step's loss metrics (a dict), None without a step.")
+      .def_readonly("passes", &LearnLoopOut::passes,
+                    "The last batch's steps: (grad_norm, applied) each.")
+      .def_readonly("take_s", &LearnLoopOut::take_s, "Seconds taking batches (waiting too).")
+      .def_readonly("learn_s", &LearnLoopOut::learn_s, "Seconds in the optimizer steps.")
+      .def_readonly("publish_s", &LearnLoopOut::publish_s, "Seconds publishing.");
   m.def("learn_loop", &learn_loop, py::arg("inbox"), py::arg("batch"), py::arg("names"),
         py::arg("versions"), py::arg("start"), py::arg("learner_version"), py::arg("max_lag"),
         py::arg("net"), py::arg("params"), py::arg("grad"), py::arg("loss"), py::kw_only(),
@@ -450,10 +477,7 @@ void bind_train_step(py::module_& m) {
         "batch's arrays (an rlpar.Batch; its fields names, in the inbox's layout order; from "
         "column block start), passes optimizer steps on it (passes = 0: "
         "none, an idle learner), publish the parameters to store as learner_version + 1, and "
-        "again. Returns a dict: batches, "
-        "filled (columns of a batch left part-taken), dropped, applied (optimizer steps), "
-        "skipped_publishes, the last batch's lag_mean and lag_max, metrics and passes "
-        "((grad_norm, applied) each), take_s, learn_s, publish_s. done (int64 [2]): batches "
+        "again. Returns a LearnLoopResult. done (int64 [2]): batches "
         "and optimizer steps finished, also when a step raises.");
 }
 

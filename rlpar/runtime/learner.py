@@ -248,34 +248,34 @@ class NativeLoop:
             state.steps += int(self.done[0])
             state.optimizer.steps += int(self.done[1])
             raise
-        self.filled = r["filled"]
-        s.dropped_rollouts += r["dropped"]
-        s.queue_wait_s += r["take_s"]
-        n = r["batches"]
+        self.filled = r.filled
+        s.dropped_rollouts += r.dropped
+        s.queue_wait_s += r.take_s
+        n = r.batches
         if n == 0:
             return 0
-        state.optimizer.steps += r["applied"]
+        state.optimizer.steps += r.applied
         # Only the last batch can hold a step that was not finite (the call ends after it):
         # count its passes as `train_step` would, after the finite steps before them.
         state.steps += n - 1
         if n > 1:
             skip_nonfinite_step(state, 0.0)
-        passes = r["passes"]
+        passes = r.passes
         for norm, _applied in passes:
             skip_nonfinite_step(state, norm)
         state.steps += 1
         metrics: dict[str, float] = {}
         if passes:  # else a learner without steps (`NativeLearn.passes` = 0)
-            metrics = r["metrics"]
+            metrics = r.metrics
             metrics["grad_norm"] = passes[-1][0]
             metrics["nonfinite_grad_steps"] = state.extra.get("nonfinite_grad_steps", 0)
         metrics["learning_rate"] = state.optimizer.lr
         s.steps += n
         s.samples += n * self.samples
-        s.skipped_publishes += r["skipped_publishes"]
-        s.learn_s += r["learn_s"]
-        s.publish_s += r["publish_s"]
-        s.lag_mean, s.lag_max = r["lag_mean"], r["lag_max"]
+        s.skipped_publishes += r.skipped_publishes
+        s.learn_s += r.learn_s
+        s.publish_s += r.publish_s
+        s.lag_mean, s.lag_max = r.lag_mean, r.lag_max
         s.metrics = metrics
         if self.filled == 0:  # the arrays hold the last batch whole
             s.last_batch = (self.arrays["actions"].copy(), self.arrays["mask"].copy())
