@@ -374,6 +374,68 @@ class TicketQueue:
     @property
     def maxsize(self) -> int:
         ...
+class LearnLoopResult:
+    """
+    What a learn_loop call did (read-only).
+    """
+    @property
+    def applied(self) -> int:
+        """
+        Optimizer steps applied.
+        """
+    @property
+    def batches(self) -> int:
+        """
+        Learner steps finished (each published).
+        """
+    @property
+    def dropped(self) -> int:
+        """
+        Rollouts handed back unused: older than max_lag.
+        """
+    @property
+    def filled(self) -> int:
+        """
+        Column blocks of a batch left part-taken in the batch's arrays.
+        """
+    @property
+    def lag_max(self) -> int:
+        """
+        The last batch's largest policy lag.
+        """
+    @property
+    def lag_mean(self) -> float:
+        """
+        The last batch's mean policy lag.
+        """
+    @property
+    def learn_s(self) -> float:
+        """
+        Seconds in the optimizer steps.
+        """
+    @property
+    def metrics(self) -> typing.Any:
+        """
+        The last step's loss metrics (a dict), None without a step.
+        """
+    @property
+    def passes(self) -> tuple:
+        """
+        The last batch's steps: (grad_norm, applied) each.
+        """
+    @property
+    def publish_s(self) -> float:
+        """
+        Seconds publishing.
+        """
+    @property
+    def skipped_publishes(self) -> int:
+        ...
+    @property
+    def take_s(self) -> float:
+        """
+        Seconds taking batches (waiting too).
+        """
 class TrainLoss:
     """
     A built-in loss for train_step (rlpar.NativeLoss builds it).
@@ -472,9 +534,9 @@ def gil_release_threshold() -> float:
     ...
 def global_norm(grad: typing.Any) -> float:
     ...
-def learn_loop(inbox: typing.Any, names: collections.abc.Sequence, dst: collections.abc.Sequence, versions: typing.Any, start: typing.SupportsInt | typing.SupportsIndex, learner_version: typing.SupportsInt | typing.SupportsIndex, max_lag: typing.Any, net: Net, params: typing.Any, grad: typing.Any, loss: TrainLoss, *, passes: typing.SupportsInt | typing.SupportsIndex, max_grad_norm: typing.SupportsFloat | typing.SupportsIndex, optimizer: tuple, store: SnapshotStore, pool: typing.Any, budget_s: typing.SupportsFloat | typing.SupportsIndex, done: typing.Any) -> dict:
+def learn_loop(inbox: typing.Any, batch: typing.Any, names: collections.abc.Sequence, versions: typing.Any, start: typing.SupportsInt | typing.SupportsIndex, learner_version: typing.SupportsInt | typing.SupportsIndex, max_lag: typing.Any, net: Net, params: typing.Any, grad: typing.Any, loss: TrainLoss, *, passes: typing.SupportsInt | typing.SupportsIndex, max_grad_norm: typing.SupportsFloat | typing.SupportsIndex, optimizer: tuple, store: SnapshotStore, pool: typing.Any, budget_s: typing.SupportsFloat | typing.SupportsIndex, done: typing.Any) -> LearnLoopResult:
     """
-    The learner's loop for an actor-critic loss as one call without the GIL, for up to budget_s seconds: take a batch of versions.shape[0] rollouts from inbox into dst (named by names, from column block start), passes optimizer steps on it (passes = 0: none, an idle learner), publish the parameters to store as learner_version + 1, and again. Returns a dict: batches, filled (columns of a batch left part-taken), dropped, applied (optimizer steps), skipped_publishes, the last batch's lag_mean and lag_max, metrics and passes ((grad_norm, applied) each), take_s, learn_s, publish_s. done (int64 [2]): batches and optimizer steps finished, also when a step raises.
+    The learner's loop for an actor-critic loss as one call without the GIL, for up to budget_s seconds: take a batch of versions.shape[0] rollouts from inbox into batch's arrays (an rlpar.Batch; its fields names, in the inbox's layout order; from column block start), passes optimizer steps on it (passes = 0: none, an idle learner), publish the parameters to store as learner_version + 1, and again. Returns a LearnLoopResult. done (int64 [2]): batches and optimizer steps finished, also when a step raises.
     """
 def native_env_names() -> list[str]:
     """
@@ -484,11 +546,11 @@ def ppo_loss(out: typing.Any, behaviour: typing.Any, actions: typing.Any, reward
     """
     PPO's clipped surrogate on V-trace or GAE(lambda) advantages against the behaviour policy, and its gradient w.r.t. `out` [T+1, N, O]; see native/include/rlpar/losses.h. Returns (dout, metrics).
     """
-def train_step(net: Net, params: typing.Any, grad: typing.Any, loss: TrainLoss, obs: typing.Any, behaviour: typing.Any, actions: typing.Any, rewards: typing.Any, terminated: typing.Any, truncated: typing.Any, mask: typing.Any, core_state: typing.Any, columns: typing.Any, *, value_mean: typing.SupportsFloat | typing.SupportsIndex, value_std: typing.SupportsFloat | typing.SupportsIndex, max_grad_norm: typing.SupportsFloat | typing.SupportsIndex, optimizer: tuple, pool: typing.Any) -> tuple:
+def train_step(net: Net, params: typing.Any, grad: typing.Any, loss: TrainLoss, batch: typing.Any, columns: typing.Any, *, value_mean: typing.SupportsFloat | typing.SupportsIndex, value_std: typing.SupportsFloat | typing.SupportsIndex, max_grad_norm: typing.SupportsFloat | typing.SupportsIndex, optimizer: tuple, pool: typing.Any) -> tuple:
     """
-    One optimizer step of a built-in loss on a batch's columns as one call: gather, forward, loss, backward, clip, optimizer (native/include/rlpar/train_step.h). Returns (metrics, grad_norm, applied).
+    One optimizer step of a built-in loss on a batch's columns (batch: an rlpar.Batch) as one call: gather, forward, loss, backward, clip, optimizer (native/include/rlpar/train_step.h). Returns (metrics, grad_norm, applied).
     """
-def train_steps(net: Net, params: typing.Any, grad: typing.Any, loss: TrainLoss, obs: typing.Any, behaviour: typing.Any, actions: typing.Any, rewards: typing.Any, terminated: typing.Any, truncated: typing.Any, mask: typing.Any, core_state: typing.Any, columns: collections.abc.Sequence, *, done: typing.Any, value_mean: typing.SupportsFloat | typing.SupportsIndex, value_std: typing.SupportsFloat | typing.SupportsIndex, max_grad_norm: typing.SupportsFloat | typing.SupportsIndex, optimizer: tuple, pool: typing.Any) -> list:
+def train_steps(net: Net, params: typing.Any, grad: typing.Any, loss: TrainLoss, batch: typing.Any, columns: collections.abc.Sequence, *, done: typing.Any, value_mean: typing.SupportsFloat | typing.SupportsIndex, value_std: typing.SupportsFloat | typing.SupportsIndex, max_grad_norm: typing.SupportsFloat | typing.SupportsIndex, optimizer: tuple, pool: typing.Any) -> list:
     """
     train_step on each of columns (a sequence of int64 [M] or None) in turn as one call (PPO's epochs x minibatches), the optimizer's step count advancing with each step taken; stops after a step whose gradient was not finite. done (int64 [1]) counts the steps finished, also when one raises. Returns a list of (metrics, grad_norm, applied), one per step run.
     """

@@ -223,9 +223,8 @@ def train_steps(
     done = np.zeros(1, np.int64)
     try:
         results = _native.train_steps(
-            net, state.params, grad, loss.native, batch.obs, batch.behaviour, batch.actions,
-            batch.rewards, batch.terminated, batch.truncated, batch.mask, batch.core_state,
-            list(columns), done=done, value_mean=loss.value_mean, value_std=loss.value_std,
+            net, state.params, grad, loss.native, batch, list(columns), done=done,
+            value_mean=loss.value_mean, value_std=loss.value_std,
             max_grad_norm=float(max_grad_norm), optimizer=optim, pool=native_pool,
         )  # fmt: skip
     except BaseException:
@@ -256,9 +255,8 @@ def _fused_step(
     grad = _grad_buffer(net, state)
     native_pool = state.pool.native if state.pool is not None and split == "rows" else None
     metrics, norm, applied = _native.train_step(
-        net, state.params, grad, loss.native, batch.obs, batch.behaviour, batch.actions,
-        batch.rewards, batch.terminated, batch.truncated, batch.mask, batch.core_state,
-        columns, value_mean=loss.value_mean, value_std=loss.value_std,
+        net, state.params, grad, loss.native, batch, columns,
+        value_mean=loss.value_mean, value_std=loss.value_std,
         max_grad_norm=float(max_grad_norm), optimizer=optim, pool=native_pool,
     )  # fmt: skip
     return _record_step(state, metrics, norm, applied)

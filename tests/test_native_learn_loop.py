@@ -5,6 +5,7 @@ and bad input."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import gymnasium as gym
@@ -15,7 +16,7 @@ from rlpar.agents.impala import Impala
 import rlpar
 from rlpar import _native
 from rlpar.config import EnvConfig, RuntimeConfig
-from rlpar.data import ARRAY_FIELDS, Batch, Rollout
+from rlpar.data import Batch, Rollout
 from rlpar.runtime.handoff import HandOff
 from rlpar.runtime.learner import Learner, NativeInbox, NativeLoop, VersionClock
 
@@ -234,7 +235,7 @@ def test_learn_loop_refuses_bad_input() -> None:
     grad = np.empty(net.num_params, np.float32)
 
     def call(**kw):
-        args = dict(inbox=loop.inbox._inbox, names=loop.names, dst=loop.dst,
+        args = dict(inbox=loop.inbox._inbox, batch=loop.batch, names=loop.names,
                     versions=loop.versions, start=0, learner_version=1, max_lag=None, net=net,
                     params=state.params, grad=grad, loss=loop.plan.loss.native, passes=1,
                     max_grad_norm=40.0, optimizer=state.optimizer.native_step(),
@@ -243,7 +244,11 @@ def test_learn_loop_refuses_bad_input() -> None:
         args.update(kw)
         return _native.learn_loop(**args)
 
-    assert call()["batches"] == 0  # a zero budget takes nothing
+    r = call()
+    assert isinstance(r, _native.LearnLoopResult)
+    assert (r.batches, r.filled, r.applied, r.passes, r.metrics) == (0, 0, 0, (), None)  # no take
+    with pytest.raises(AttributeError):
+        r.batches = 1  # type: ignore[misc]
     with pytest.raises(ValueError, match="passes: expected an integer >= 0, got -1"):
         call(passes=-1)
     with pytest.raises(ValueError, match="budget_s: expected a finite number"):
@@ -252,12 +257,10 @@ def test_learn_loop_refuses_bad_input() -> None:
         call(max_lag=-2)
     with pytest.raises(ValueError, match=r"names: expected each of obs, .* once, got 'reward'"):
         call(names=[n if n != "mask" else "reward" for n in loop.names])
-    with pytest.raises(ValueError, match="names: expected one name per batch array"):
-        call(names=loop.names[:-1])
     with pytest.raises(TypeError, match=r"names\[0\]: expected a field name \(str\), got int"):
         call(names=[0, *loop.names[1:]])
     with pytest.raises(ValueError, match="names: 'core_state' is missing"):
-        call(names=loop.names[:-1], dst=loop.dst[:-1])
+        call(names=loop.names[:-1])
     with pytest.raises(ValueError, match="max_grad_norm: expected a number > 0, got 0"):
         call(max_grad_norm=0.0)
     with pytest.raises(ValueError, match="budget_s: expected a finite number"):
@@ -274,10 +277,11 @@ def test_learn_loop_refuses_bad_input() -> None:
         call(store=rlpar.SnapshotStore(3, num_slots=3))
     with pytest.raises(TypeError, match=r"inbox must be an rlpar\._native\.RolloutInbox"):
         call(inbox=q.tickets)
-    wrong = list(loop.dst)
-    wrong[ARRAY_FIELDS.index("rewards")] = np.empty((T, B * K), np.float64)
-    with pytest.raises(TypeError, match=r"rewards must be float32|dst\[2\] must be float32"):
-        call(dst=wrong)
+    wrong = dataclasses.replace(loop.batch, rewards=np.empty((T, B * K), np.float64))
+    with pytest.raises(TypeError, match=r"batch\.rewards must be float32, got float64"):
+        call(batch=wrong)
+    with pytest.raises(TypeError, match=r"batch: expected an rlpar\.Batch, got dict without"):
+        call(batch=loop.arrays)
     ppo = rlpar.NativeLoss.for_net(net, rlpar.PpoOptions())
     with pytest.raises(ValueError, match="learn_loop runs the actor-critic losses"):
         call(loss=ppo.native)
@@ -299,9 +303,8 @@ def test_one_thread_at_a_time_uses_the_inbox() -> None:
         entered.wait(5)
         for _ in range(2000):
             try:
-                loop.inbox._inbox.take(
-                    [np.empty_like(a) for a in loop.dst], np.empty(B, np.int64), 0, 1, timeout=0
-                )
+                dst = [np.empty_like(a) for a in loop.arrays.values()]
+                loop.inbox._inbox.take(dst, np.empty(B, np.int64), 0, 1, timeout=0)
             except RuntimeError as e:
                 refused.append(e)
                 return

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import pickle
 import threading
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -345,12 +346,20 @@ def test_bad_input_is_refused_before_anything_is_written() -> None:
         step(columns=np.array([0.0, 1.0]))
     with pytest.raises(ValueError, match="max_grad_norm must be > 0"):
         step(max_grad_norm=0.0)
-    with pytest.raises(ValueError, match="core_state: this net has an LSTM core"):
+    with pytest.raises(ValueError, match=r"batch\.core_state: this net has an LSTM core"):
         step(b=rlpar.Batch(**{**batch.__dict__, "core_state": None}))
-    with pytest.raises(TypeError, match="obs must be float32"):
+    with pytest.raises(TypeError, match=r"batch\.obs must be float32, got float64"):
         step(b=rlpar.Batch(**{**batch.__dict__, "obs": batch.obs.astype(np.float64)}))
-    with pytest.raises(ValueError, match=r"mask must have shape \(5, 8\)"):
+    with pytest.raises(ValueError, match=r"batch\.mask must have shape \(5, 8\), got \(5, 4\)"):
         step(b=rlpar.Batch(**{**batch.__dict__, "mask": batch.mask[:, :4]}))
+    # the one converter of a batch (native/bindings/batch_py.h) names a missing field
+    optim = state.optimizer._native_step()
+    grad = np.empty(net.num_params, np.float32)
+    partial = SimpleNamespace(**{k: v for k, v in batch.__dict__.items() if k != "behaviour"})
+    with pytest.raises(TypeError, match="got SimpleNamespace without 'behaviour'"):
+        _native.train_step(net, state.params, grad, loss.native, partial, None,
+                           value_mean=0.0, value_std=1.0, max_grad_norm=1.0, optimizer=optim,
+                           pool=None)  # fmt: skip
     np.testing.assert_array_equal(state.params, before)
     assert state.optimizer.steps == 0
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "batch_py.h"
 #include "bindings.h"
 #include "convert.h"
 #include "gil.h"
@@ -156,76 +157,31 @@ Columns parse_columns(py::handle columns, int64_t N, const std::string& what) {
   return c;
 }
 
-// The checked arguments shared by train_step and train_steps: the arrays are kept alive here
-// (converted copies included) for as long as the views point into them.
+// The checked arguments shared by train_step, train_steps and learn_loop: the batch's arrays
+// are kept alive here (converted copies included) for as long as the view points into them.
 struct StepArgs {
   float* params = nullptr;
   float* grad = nullptr;
   rlpar::train::OptimStep opt;
-  py::array x, act, beh, rew, term, trunc, m, state;
-  rlpar::train::BatchView batch;
+  BatchArrays batch;
   rlpar::train::LossSpec spec;
   rlpar::ThreadPool* pool = nullptr;
 };
 
 void parse_step_args(StepArgs& a, const rlpar::Net& net, py::handle params, py::handle grad,
-                     const TrainLoss& loss, py::handle obs, py::handle behaviour,
-                     py::handle actions, py::handle rewards, py::handle terminated,
-                     py::handle truncated, py::handle mask, py::handle core_state,
-                     double value_mean, double value_std, const py::tuple& optimizer,
-                     py::handle pool_obj) {
+                     const TrainLoss& loss, py::handle batch, double value_mean,
+                     double value_std, const py::tuple& optimizer, py::handle pool_obj) {
   const py::ssize_t P = net.num_params();
   a.params = output_array<float>(params, "params", {P});
   a.grad = output_array<float>(grad, "grad", {P});
   a.opt = optim_step(optimizer, P);
-
-  // Shapes follow from rewards [T, N] and the net.
-  py::array r = as_array(rewards, "rewards");
-  if (r.ndim() != 2 || r.shape(0) < 1 || r.shape(1) < 1) {
-    throw py::value_error("rewards must be a float32 array [T, N] with T, N >= 1, got " +
-                          shape_str(r));
-  }
-  const py::ssize_t T = r.shape(0), N = r.shape(1), O = net.output_size();
-  std::vector<py::ssize_t> obs_dims{T + 1, N};
-  for (int64_t d : net.spec().input_shape) obs_dims.push_back(d);
-  a.x = net.spec().input_uint8 ? input_array<uint8_t>(obs, "obs", obs_dims)
-                               : input_array<float>(obs, "obs", obs_dims);
-  const rlpar::losses::ActorCriticArgs& layout = loss.spec.layout();
-  const bool categorical = layout.policy == rlpar::losses::Policy::Categorical;
-  a.act = categorical ? input_array<int64_t>(actions, "actions", {T, N})
-                      : input_array<float>(actions, "actions", {T, N, layout.num_actions});
-  a.beh = input_array<float>(behaviour, "behaviour", {T, N, O});
-  a.rew = input_array<float>(r, "rewards", {T, N});
-  a.term = input_array<uint8_t>(terminated, "terminated", {T, N});
-  a.trunc = input_array<uint8_t>(truncated, "truncated", {T, N});
-  a.m = input_array<uint8_t>(mask, "mask", {T, N});
-  // (a default py::array is an empty array, not None: test recurrent())
-  if (net.recurrent()) {
-    if (core_state.is_none()) {
-      throw py::value_error("core_state: this net has an LSTM core, so the batch needs the "
-                            "state its actors stored, float32 [N, " +
-                            std::to_string(net.state_size()) + "], got None");
-    }
-    a.state = input_array<float>(core_state, "core_state", {N, net.state_size()});
-  }
+  a.batch = batch_arrays(batch, net, loss.spec.layout());
   if (!pool_obj.is_none()) {
     if (!py::isinstance<rlpar::ThreadPool>(pool_obj)) {
       throw py::type_error("pool must be an rlpar.ThreadPool or None, got " + type_name(pool_obj));
     }
     a.pool = &pool_obj.cast<rlpar::ThreadPool&>();
   }
-
-  rlpar::train::BatchView& b = a.batch;
-  b.T = T;
-  b.N = N;
-  b.obs = a.x.data();
-  b.behaviour = static_cast<const float*>(a.beh.data());
-  b.actions = a.act.data();
-  b.rewards = static_cast<const float*>(a.rew.data());
-  b.terminated = static_cast<const uint8_t*>(a.term.data());
-  b.truncated = static_cast<const uint8_t*>(a.trunc.data());
-  b.mask = static_cast<const uint8_t*>(a.m.data());
-  b.core_state = net.recurrent() ? static_cast<const float*>(a.state.data()) : nullptr;
   a.spec = loss.spec;
   a.spec.ppo.value_mean = value_mean;
   a.spec.ppo.value_std = value_std;
@@ -239,22 +195,19 @@ py::tuple step_result(const rlpar::train::LossSpec& spec, const rlpar::train::St
 }
 
 py::tuple train_step(const std::shared_ptr<rlpar::Net>& net, py::handle params, py::handle grad,
-                     const TrainLoss& loss, py::handle obs, py::handle behaviour,
-                     py::handle actions, py::handle rewards, py::handle terminated,
-                     py::handle truncated, py::handle mask, py::handle core_state,
-                     py::handle columns, double value_mean, double value_std,
+                     const TrainLoss& loss, py::handle batch, py::handle columns,
+                     double value_mean, double value_std,
                      double max_grad_norm, const py::tuple& optimizer, py::handle pool_obj) {
   StepArgs a;
-  parse_step_args(a, *net, params, grad, loss, obs, behaviour, actions, rewards, terminated,
-                  truncated, mask, core_state, value_mean, value_std, optimizer, pool_obj);
-  const Columns cols = parse_columns(columns, a.batch.N, "columns");
+  parse_step_args(a, *net, params, grad, loss, batch, value_mean, value_std, optimizer, pool_obj);
+  const Columns cols = parse_columns(columns, a.batch.view.N, "columns");
   const double flops =
-      3.0 * net->flops_per_sample() * static_cast<double>((a.batch.T + 1) * cols.M);
+      3.0 * net->flops_per_sample() * static_cast<double>((a.batch.view.T + 1) * cols.M);
   const bool release = want_release(py::none(), flops);
   rlpar::train::StepResult res;
   {
     CallScope scope(release, net->has_external());
-    res = rlpar::train::train_step(*net, a.params, a.grad, a.batch, cols.data, cols.M, a.spec,
+    res = rlpar::train::train_step(*net, a.params, a.grad, a.batch.view, cols.data, cols.M, a.spec,
                                    max_grad_norm, a.opt, a.pool);
   }
   return step_result(a.spec, res);
@@ -267,34 +220,32 @@ py::tuple train_step(const std::shared_ptr<rlpar::Net>& net, py::handle params, 
 // `done` (int64 [1]) counts the steps finished so far: when a step raises (a Python layer's
 // error), the ones before it were applied, and the caller learns how many from it.
 py::list train_steps(const std::shared_ptr<rlpar::Net>& net, py::handle params, py::handle grad,
-                     const TrainLoss& loss, py::handle obs, py::handle behaviour,
-                     py::handle actions, py::handle rewards, py::handle terminated,
-                     py::handle truncated, py::handle mask, py::handle core_state,
-                     const py::sequence& columns, py::handle done, double value_mean,
+                     const TrainLoss& loss, py::handle batch, const py::sequence& columns,
+                     py::handle done, double value_mean,
                      double value_std, double max_grad_norm, const py::tuple& optimizer,
                      py::handle pool_obj) {
   int64_t* finished = output_array<int64_t>(done, "done", {1});
   *finished = 0;
   StepArgs a;
-  parse_step_args(a, *net, params, grad, loss, obs, behaviour, actions, rewards, terminated,
-                  truncated, mask, core_state, value_mean, value_std, optimizer, pool_obj);
+  parse_step_args(a, *net, params, grad, loss, batch, value_mean, value_std, optimizer, pool_obj);
   const py::ssize_t S = py::len(columns);
   if (S < 1) throw py::value_error("columns: expected at least one step's columns, got none");
   std::vector<Columns> cols;
   cols.reserve(static_cast<size_t>(S));
   double flops = 0;
   for (py::ssize_t s = 0; s < S; ++s) {
-    cols.push_back(parse_columns(columns[s], a.batch.N, "columns[" + std::to_string(s) + "]"));
-    flops += 3.0 * net->flops_per_sample() * static_cast<double>((a.batch.T + 1) * cols.back().M);
+    cols.push_back(parse_columns(columns[s], a.batch.view.N, "columns[" + std::to_string(s) + "]"));
+    const double steps = static_cast<double>((a.batch.view.T + 1) * cols.back().M);
+    flops += 3.0 * net->flops_per_sample() * steps;
   }
   // A column outside [0, N) would throw part-way, after earlier steps were applied: check all
   // before the first step changes anything.
   for (py::ssize_t s = 0; s < S; ++s) {
     for (int64_t i = 0; cols[s].data && i < cols[s].M; ++i) {
       const int64_t c = cols[s].data[i];
-      if (c < 0 || c >= a.batch.N) {
+      if (c < 0 || c >= a.batch.view.N) {
         throw py::value_error("columns[" + std::to_string(s) + "]: expected indices in [0, " +
-                              std::to_string(a.batch.N) + "), got " + std::to_string(c));
+                              std::to_string(a.batch.view.N) + "), got " + std::to_string(c));
       }
     }
   }
@@ -305,7 +256,7 @@ py::list train_steps(const std::shared_ptr<rlpar::Net>& net, py::handle params, 
     CallScope scope(release, net->has_external());
     rlpar::train::OptimStep opt = a.opt;
     for (py::ssize_t s = 0; s < S; ++s) {
-      results.push_back(rlpar::train::train_step(*net, a.params, a.grad, a.batch, cols[s].data,
+      results.push_back(rlpar::train::train_step(*net, a.params, a.grad, a.batch.view, cols[s].data,
                                                  cols[s].M, a.spec, max_grad_norm, opt, a.pool));
       *finished = s + 1;
       if (!results.back().applied) break;
@@ -317,6 +268,17 @@ py::list train_steps(const std::shared_ptr<rlpar::Net>& net, py::handle params, 
   return out;
 }
 
+// learn_loop's result as Python reads it (rlpar._native.LearnLoopResult, read-only fields):
+// rlpar::train::LearnLoopResult with the last batch's passes and metrics in Python's terms.
+struct LearnLoopOut {
+  int64_t batches = 0, filled = 0, dropped = 0, applied = 0, skipped_publishes = 0;
+  double lag_mean = 0;
+  int64_t lag_max = 0;
+  py::object metrics = py::none();  // the last step's (dict), None without one
+  py::tuple passes;                 // the last batch's (grad_norm, applied), one per pass
+  double take_s = 0, learn_s = 0, publish_s = 0;
+};
+
 // The learner's whole loop for a built-in actor-critic loss, as one call without the GIL: take
 // a batch from the inbox (rlpar/inbox.h; waiting, copying, handing buffers back), `passes`
 // optimizer steps on it (train_step.h; none with passes = 0, a benchmark's idle learner),
@@ -324,18 +286,19 @@ py::list train_steps(const std::shared_ptr<rlpar::Net>& net, py::handle params, 
 // learner thread in Python does between those pieces (its stats, its hooks, the stop flag) then
 // runs once a call instead of once a step.
 //
-// The batch arrays `dst` (named by `names`, rlpar.data.ARRAY_FIELDS) are the take's and the
+// The batch's arrays (its fields `names`, in the inbox's layout order) are the take's and the
 // step's at once: a call that ends part-way through a batch leaves it in them, and the next
 // call goes on from `start` = the columns already filled. A step whose gradient is not finite
 // is not applied (the batch's other passes are, as train_steps would), and the call ends after
 // that batch's publish so the caller can count it. `done` (int64 [2]): batches finished and
 // optimizer steps applied so far, also when a step raises.
-py::dict learn_loop(py::handle inbox, const py::sequence& names, const py::sequence& dst,
-                     py::handle versions, int64_t start, int64_t learner_version,
-                     py::object max_lag, const std::shared_ptr<rlpar::Net>& net,
-                     py::handle params, py::handle grad, const TrainLoss& loss, int64_t passes,
-                     double max_grad_norm, const py::tuple& optimizer, const PyStore& store,
-                     py::handle pool_obj, double budget_s, py::handle done) {
+LearnLoopOut learn_loop(py::handle inbox, py::handle batch, const py::sequence& names,
+                        py::handle versions, int64_t start, int64_t learner_version,
+                        py::object max_lag, const std::shared_ptr<rlpar::Net>& net,
+                        py::handle params, py::handle grad, const TrainLoss& loss,
+                        int64_t passes, double max_grad_norm, const py::tuple& optimizer,
+                        const PyStore& store, py::handle pool_obj, double budget_s,
+                        py::handle done) {
   int64_t* finished = output_array<int64_t>(done, "done", {2});
   finished[0] = finished[1] = 0;
   if (passes < 0) {
@@ -357,13 +320,10 @@ py::dict learn_loop(py::handle inbox, const py::sequence& names, const py::seque
     throw py::value_error("loss: learn_loop runs the actor-critic losses (IMPALA's, A3C's); got "
                           "a PPO loss (its minibatches and value statistics stay in Python)");
   }
-  if (names.size() != dst.size()) {
-    throw py::value_error("names: expected one name per batch array (" +
-                          std::to_string(dst.size()) + "), got " + std::to_string(names.size()));
-  }
   const char* fields[8] = {"obs",       "behaviour", "actions", "rewards",
                            "terminated", "truncated", "mask",    "core_state"};
-  py::object arrays[8];
+  bool named[8] = {};
+  py::list dst;
   for (size_t i = 0; i < names.size(); ++i) {
     if (!py::isinstance<py::str>(names[i])) {
       throw py::type_error("names[" + std::to_string(i) + "]: expected a field name (str), got " +
@@ -372,30 +332,33 @@ py::dict learn_loop(py::handle inbox, const py::sequence& names, const py::seque
     const auto name = names[i].cast<std::string>();
     size_t f = 0;
     while (f < 8 && name != fields[f]) ++f;
-    if (f == 8 || arrays[f]) {
+    if (f == 8 || named[f]) {
       throw py::value_error("names: expected each of obs, behaviour, actions, rewards, "
                             "terminated, truncated, mask, core_state once, got '" + name + "'");
     }
-    arrays[f] = dst[i];
+    named[f] = true;
+    if (!py::hasattr(batch, fields[f])) {
+      throw py::type_error("batch: expected an rlpar.Batch, got " + type_name(batch) +
+                           " without '" + name + "'");
+    }
+    dst.append(batch.attr(fields[f]));
   }
   for (size_t f = 0; f < 8; ++f) {
-    if (!arrays[f]) throw py::value_error(std::string("names: '") + fields[f] + "' is missing");
+    if (!named[f]) throw py::value_error(std::string("names: '") + fields[f] + "' is missing");
   }
   StepArgs a;
-  parse_step_args(a, *net, params, grad, loss, arrays[0], arrays[1], arrays[2], arrays[3],
-                  arrays[4], arrays[5], arrays[6], net->recurrent() ? arrays[7] : py::none(),
-                  0.0, 1.0, optimizer, pool_obj);
+  parse_step_args(a, *net, params, grad, loss, batch, 0.0, 1.0, optimizer, pool_obj);
   const InboxAccess in = inbox_access(inbox, dst, versions);
   // The step must read the very arrays the take fills (not a converted copy of one of them).
-  const void* step_reads[8] = {a.batch.obs,        a.batch.behaviour, a.batch.actions,
-                               a.batch.rewards,    a.batch.terminated, a.batch.truncated,
-                               a.batch.mask,       a.batch.core_state};
+  const rlpar::train::BatchView& view = a.batch.view;
+  const void* step_reads[8] = {view.obs,  view.behaviour,  view.actions, view.rewards,
+                               view.terminated, view.truncated, view.mask, view.core_state};
   for (size_t i = 0; i < names.size(); ++i) {
     const auto name = names[i].cast<std::string>();
     for (size_t f = 0; f < 8; ++f) {
       if (name == fields[f] && step_reads[f] != nullptr && step_reads[f] != in.dst[i]) {
-        throw py::type_error("dst: the batch array '" + name + "' has another dtype or layout "
-                             "than the net's step reads (a copy would be trained on)");
+        throw py::type_error("batch." + name + ": another dtype or layout than the net's step "
+                             "reads (a copy would be trained on, not the array the take fills)");
       }
     }
   }
@@ -425,7 +388,7 @@ py::dict learn_loop(py::handle inbox, const py::sequence& names, const py::seque
   loop.net = net.get();
   loop.params = a.params;
   loop.grad = a.grad;
-  loop.batch = a.batch;
+  loop.batch = a.batch.view;
   loop.loss = a.spec;
   loop.passes = passes;
   loop.max_grad_norm = max_grad_norm;
@@ -444,23 +407,21 @@ py::dict learn_loop(py::handle inbox, const py::sequence& names, const py::seque
   // The take's time went mostly to waiting for rollouts: not native work (gil.h's meter)
   GilMeter& meter = thread_gil_meter();
   meter.released_ns -= std::min<int64_t>(meter.released_ns, static_cast<int64_t>(waited * 1e9));
-  py::list passes_out;
-  for (const auto& step : r.last) passes_out.append(py::make_tuple(step.grad_norm, step.applied));
-  py::object metrics = py::none();
-  if (!r.last.empty()) metrics = step_result(a.spec, r.last.back())[0];
-  py::dict out;
-  out["batches"] = r.batches;
-  out["filled"] = r.filled;
-  out["dropped"] = r.dropped;
-  out["applied"] = r.applied;
-  out["skipped_publishes"] = r.skipped_publishes;
-  out["lag_mean"] = r.lag_mean;
-  out["lag_max"] = r.lag_max;
-  out["metrics"] = metrics;
-  out["passes"] = passes_out;
-  out["take_s"] = r.take_s;
-  out["learn_s"] = r.learn_s;
-  out["publish_s"] = r.publish_s;
+  LearnLoopOut out;
+  py::list last_passes;
+  for (const auto& step : r.last) last_passes.append(py::make_tuple(step.grad_norm, step.applied));
+  out.passes = py::tuple(last_passes);
+  if (!r.last.empty()) out.metrics = step_result(a.spec, r.last.back())[0];
+  out.batches = r.batches;
+  out.filled = r.filled;
+  out.dropped = r.dropped;
+  out.applied = r.applied;
+  out.skipped_publishes = r.skipped_publishes;
+  out.lag_mean = r.lag_mean;
+  out.lag_max = r.lag_max;
+  out.take_s = r.take_s;
+  out.learn_s = r.learn_s;
+  out.publish_s = r.publish_s;
   return out;
 }
 
@@ -474,17 +435,14 @@ void bind_train_step(py::module_& m) {
            py::arg("value_col"), py::arg("options"), py::arg("low"), py::arg("high"),
            py::arg("bound_cost"));
   m.def("train_step", &train_step, py::arg("net"), py::arg("params"), py::arg("grad"),
-        py::arg("loss"), py::arg("obs"), py::arg("behaviour"), py::arg("actions"),
-        py::arg("rewards"), py::arg("terminated"), py::arg("truncated"), py::arg("mask"),
-        py::arg("core_state"), py::arg("columns"), py::kw_only(), py::arg("value_mean"),
+        py::arg("loss"), py::arg("batch"), py::arg("columns"), py::kw_only(), py::arg("value_mean"),
         py::arg("value_std"), py::arg("max_grad_norm"), py::arg("optimizer"), py::arg("pool"),
-        "One optimizer step of a built-in loss on a batch's columns as one call: gather, "
+        "One optimizer step of a built-in loss on a batch's columns (batch: an rlpar.Batch) as "
+        "one call: gather, "
         "forward, loss, backward, clip, optimizer (native/include/rlpar/train_step.h). Returns "
         "(metrics, grad_norm, applied).");
   m.def("train_steps", &train_steps, py::arg("net"), py::arg("params"), py::arg("grad"),
-        py::arg("loss"), py::arg("obs"), py::arg("behaviour"), py::arg("actions"),
-        py::arg("rewards"), py::arg("terminated"), py::arg("truncated"), py::arg("mask"),
-        py::arg("core_state"), py::arg("columns"), py::kw_only(), py::arg("done"),
+        py::arg("loss"), py::arg("batch"), py::arg("columns"), py::kw_only(), py::arg("done"),
         py::arg("value_mean"),
         py::arg("value_std"), py::arg("max_grad_norm"), py::arg("optimizer"), py::arg("pool"),
         "train_step on each of columns (a sequence of int64 [M] or None) in turn as one call "
@@ -492,19 +450,34 @@ void bind_train_step(py::module_& m) {
         "taken; stops after a step whose gradient was not finite. done (int64 [1]) counts the "
         "steps finished, also when one raises. Returns a list of (metrics, grad_norm, "
         "applied), one per step run.");
-  m.def("learn_loop", &learn_loop, py::arg("inbox"), py::arg("names"), py::arg("dst"),
+  py::class_<LearnLoopOut>(m, "LearnLoopResult", "What a learn_loop call did (read-only).")
+      .def_readonly("batches", &LearnLoopOut::batches, "Learner steps finished (each published).")
+      .def_readonly("filled", &LearnLoopOut::filled,
+                    "Column blocks of a batch left part-taken in the batch's arrays.")
+      .def_readonly("dropped", &LearnLoopOut::dropped,
+                    "Rollouts handed back unused: older than max_lag.")
+      .def_readonly("applied", &LearnLoopOut::applied, "Optimizer steps applied.")
+      .def_readonly("skipped_publishes", &LearnLoopOut::skipped_publishes)
+      .def_readonly("lag_mean", &LearnLoopOut::lag_mean, "The last batch's mean policy lag.")
+      .def_readonly("lag_max", &LearnLoopOut::lag_max, "The last batch's largest policy lag.")
+      .def_readonly("metrics", &LearnLoopOut::metrics,
+                    "The last step's loss metrics (a dict), None without a step.")
+      .def_readonly("passes", &LearnLoopOut::passes,
+                    "The last batch's steps: (grad_norm, applied) each.")
+      .def_readonly("take_s", &LearnLoopOut::take_s, "Seconds taking batches (waiting too).")
+      .def_readonly("learn_s", &LearnLoopOut::learn_s, "Seconds in the optimizer steps.")
+      .def_readonly("publish_s", &LearnLoopOut::publish_s, "Seconds publishing.");
+  m.def("learn_loop", &learn_loop, py::arg("inbox"), py::arg("batch"), py::arg("names"),
         py::arg("versions"), py::arg("start"), py::arg("learner_version"), py::arg("max_lag"),
         py::arg("net"), py::arg("params"), py::arg("grad"), py::arg("loss"), py::kw_only(),
         py::arg("passes"), py::arg("max_grad_norm"), py::arg("optimizer"), py::arg("store"),
         py::arg("pool"), py::arg("budget_s"), py::arg("done"),
         "The learner's loop for an actor-critic loss as one call without the GIL, for up to "
-        "budget_s seconds: take a batch of versions.shape[0] rollouts from inbox into dst "
-        "(named by names, from column block start), passes optimizer steps on it (passes = 0: "
+        "budget_s seconds: take a batch of versions.shape[0] rollouts from inbox into "
+        "batch's arrays (an rlpar.Batch; its fields names, in the inbox's layout order; from "
+        "column block start), passes optimizer steps on it (passes = 0: "
         "none, an idle learner), publish the parameters to store as learner_version + 1, and "
-        "again. Returns a dict: batches, "
-        "filled (columns of a batch left part-taken), dropped, applied (optimizer steps), "
-        "skipped_publishes, the last batch's lag_mean and lag_max, metrics and passes "
-        "((grad_norm, applied) each), take_s, learn_s, publish_s. done (int64 [2]): batches "
+        "again. Returns a LearnLoopResult. done (int64 [2]): batches "
         "and optimizer steps finished, also when a step raises.");
 }
 

@@ -187,18 +187,19 @@ class NativeLoop:
         self.inbox, self.plan, self.learner = inbox, plan, learner
         count = learner.batch_rollouts
         self.arrays = inbox.batch_arrays(count)
-        self.dst = list(self.arrays.values())
+        #: the batch's fields in the inbox's layout order: the arrays the native take fills
         self.names = list(self.arrays)
         self.versions = np.zeros(count, np.int64)
         self.filled = 0
         self.done = np.zeros(2, np.int64)
         self.samples = int(self.arrays["rewards"].size)
-        batch = Batch(**self.arrays, versions=self.versions, policy_lag=self.versions,
-                      learner_version=1)  # fmt: skip
+        #: the take's arrays and the step's batch at once (the native loop's batch view)
+        self.batch = Batch(**self.arrays, versions=self.versions, policy_lag=self.versions,
+                           learner_version=1)  # fmt: skip
         pool = learner.state.pool
         #: how the step uses the learner's threads (`rlpar.learner_split`); "shards" has no
         #: loop (the plan chose another, `rlpar.learner_step.splits_into_shards`)
-        self.split = learner_split(learner.net, pool, batch)
+        self.split = learner_split(learner.net, pool, self.batch)
         if self.split == "shards":
             raise RuntimeError("the plan's native learn loop: the step is split into shards")
         self.pool = pool.native if pool is not None and self.split == "rows" else None
@@ -227,7 +228,7 @@ class NativeLoop:
             raise RuntimeError("the learner's optimizer no longer has a native step")
         try:
             r = _native.learn_loop(
-                self.inbox._inbox, self.names, self.dst, self.versions, self.filled, ln.version,
+                self.inbox._inbox, self.batch, self.names, self.versions, self.filled, ln.version,
                 ln.max_policy_lag, ln.net, state.params, self.grad,
                 plan.loss.native, passes=plan.passes, max_grad_norm=float(plan.max_grad_norm),
                 optimizer=optim, store=ln.store, pool=self.pool,
@@ -239,34 +240,34 @@ class NativeLoop:
             state.steps += int(self.done[0])
             state.optimizer.steps += int(self.done[1])
             raise
-        self.filled = r["filled"]
-        s.dropped_rollouts += r["dropped"]
-        s.queue_wait_s += r["take_s"]
-        n = r["batches"]
+        self.filled = r.filled
+        s.dropped_rollouts += r.dropped
+        s.queue_wait_s += r.take_s
+        n = r.batches
         if n == 0:
             return 0
-        state.optimizer.steps += r["applied"]
+        state.optimizer.steps += r.applied
         # Only the last batch can hold a step that was not finite (the call ends after it):
         # count its passes as `train_step` would, after the finite steps before them.
         state.steps += n - 1
         if n > 1:
             skip_nonfinite_step(state, 0.0)
-        passes = r["passes"]
+        passes = r.passes
         for norm, _applied in passes:
             skip_nonfinite_step(state, norm)
         state.steps += 1
         metrics: dict[str, float] = {}
         if passes:  # else a learner without steps (`NativeLearn.passes` = 0)
-            metrics = r["metrics"]
+            metrics = r.metrics
             metrics["grad_norm"] = passes[-1][0]
             metrics["nonfinite_grad_steps"] = state.extra.get("nonfinite_grad_steps", 0)
         metrics["learning_rate"] = state.optimizer.lr
         s.steps += n
         s.samples += n * self.samples
-        s.skipped_publishes += r["skipped_publishes"]
-        s.learn_s += r["learn_s"]
-        s.publish_s += r["publish_s"]
-        s.lag_mean, s.lag_max = r["lag_mean"], r["lag_max"]
+        s.skipped_publishes += r.skipped_publishes
+        s.learn_s += r.learn_s
+        s.publish_s += r.publish_s
+        s.lag_mean, s.lag_max = r.lag_mean, r.lag_max
         s.metrics = metrics
         if self.filled == 0:  # the arrays hold the last batch whole
             s.last_batch = (self.arrays["actions"].copy(), self.arrays["mask"].copy())
