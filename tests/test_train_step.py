@@ -353,7 +353,7 @@ def test_bad_input_is_refused_before_anything_is_written() -> None:
     with pytest.raises(ValueError, match=r"batch\.mask must have shape \(5, 8\), got \(5, 4\)"):
         step(b=rlpar.Batch(**{**batch.__dict__, "mask": batch.mask[:, :4]}))
     # the one converter of a batch (native/bindings/batch_py.h) names a missing field
-    optim = state.optimizer._native_step()
+    optim = state.optimizer.native_step()
     grad = np.empty(net.num_params, np.float32)
     partial = SimpleNamespace(**{k: v for k, v in batch.__dict__.items() if k != "behaviour"})
     with pytest.raises(TypeError, match="got SimpleNamespace without 'behaviour'"):
