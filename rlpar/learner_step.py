@@ -231,8 +231,7 @@ def train_steps(
         # A step raised (a Python layer's error): the steps before it were applied, each with
         # a finite gradient (a non-finite one ends the call without raising). Count them, so
         # the optimizer's step count matches its buffers, as one call per step would leave it.
-        for _ in range(int(done[0])):
-            _record_step(state, {}, 0.0, True)
+        state.count_steps(applied=int(done[0]), norms=(0.0,) if done[0] else ())
         raise
     out = [_record_step(state, metrics, norm, applied) for metrics, norm, applied in results]
     rest = columns[len(results) :]  # after a step that was not finite: one call each
@@ -276,9 +275,7 @@ def _record_step(
     """A native step's outcome on the Python side: ``grad_norm`` in its metrics, the optimizer's
     step count, a skipped non-finite step counted (raises after too many in a row)."""
     metrics["grad_norm"] = norm
-    if applied:
-        state.optimizer.steps += 1
-    skip_nonfinite_step(state, norm)
+    state.count_steps(applied=int(applied), norms=(norm,))
     return metrics
 
 

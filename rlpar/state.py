@@ -4,12 +4,13 @@ without importing each other."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from rlpar.optim import Optimizer
+from rlpar.optim import Optimizer, skip_nonfinite_step
 from rlpar.parallel import ShardPool
 
 __all__ = ["LearnerState"]
@@ -21,7 +22,8 @@ class LearnerState:
 
     ``params``: float32 [num_params]; ``optimizer``: its flat state buffers; ``steps``: learner
     steps taken, counted by the runtime (it adds 1 after each `Agent.learn` returns; `learn`
-    only reads it; the published parameters' version is ``steps + 1``); ``extra``: the
+    only reads it; the published parameters' version is ``steps + 1``), like every step count
+    through `count_steps`; ``extra``: the
     agent's own JSON-serialisable state (e.g. a schedule position).
     ``rng``: the learner's own generator (e.g. to shuffle minibatches, `rlpar.minibatches`):
     the runtime seeds it from the run's seed after `Agent.init_state`, and checkpoints save
@@ -42,3 +44,22 @@ class LearnerState:
     )
     pool: ShardPool | None = field(default=None, repr=False, compare=False)
     grad: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def count_steps(
+        self, *, applied: int = 0, norms: Sequence[float] = (), learner_steps: int = 0
+    ) -> None:
+        """The one place the step counts move. ``applied``: optimizer steps applied to
+        ``params`` (``optimizer.steps``); ``norms``: the gradient norms of the optimizer steps
+        of the current learner step, each checked by `rlpar.skip_nonfinite_step` (a norm that
+        is not finite is counted, and raises after too many in a row); ``learner_steps``:
+        learner steps that end here (``steps``), the ones before the last with finite
+        gradients (a native loop's call ends after a step that was not), the last one's
+        ``norms`` checked before it is counted, so that an error names it."""
+        self.optimizer.steps += applied
+        if learner_steps > 1:
+            self.steps += learner_steps - 1
+            skip_nonfinite_step(self, 0.0)  # they were finite: no longer "in a row"
+        for norm in norms:
+            skip_nonfinite_step(self, norm)
+        if learner_steps > 0:
+            self.steps += 1

@@ -346,7 +346,7 @@ def test_an_error_in_the_loop_stops_the_run_and_is_reraised(
 ) -> None:
     """A learner that diverges inside the native loop (here: the non-finite count raising on
     its 5th step) stops the actors, native or Python, and the run re-raises its error."""
-    from rlpar.runtime import learner as learner_module
+    from rlpar import state as state_module
 
     seen: list[float] = []
 
@@ -356,7 +356,7 @@ def test_an_error_in_the_loop_stops_the_run_and_is_reraised(
             raise FloatingPointError("the gradient was not finite")
         return False
 
-    monkeypatch.setattr(learner_module, "skip_nonfinite_step", diverged)
+    monkeypatch.setattr(state_module, "skip_nonfinite_step", diverged)
     runtime = RuntimeConfig(num_actors=2, envs_per_actor=4, unroll_length=5, batch_rollouts=1,
                             total_env_steps=10**9, checkpoint_interval_s=None)  # fmt: skip
     runner = rlpar.Runner(rlpar.make_agent("impala"), EnvConfig(env), runtime)

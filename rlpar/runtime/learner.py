@@ -23,7 +23,6 @@ from rlpar.agent import Agent, LearnerState
 from rlpar.data import ARRAY_FIELDS, ENV_AXIS, Batch, Rollout
 from rlpar.learner_step import NativeLearn, learner_split
 from rlpar.nn import Net
-from rlpar.optim import skip_nonfinite_step
 from rlpar.runtime.common import POLL_S, ActorHandle, ActorState, EpisodeLog, ItemQueue
 from rlpar.runtime.gil_meter import GilTimes, ThreadMeter
 from rlpar.runtime.handoff import HandOff
@@ -73,6 +72,28 @@ class LearnerStats:
             return None
         actions, mask = self.last_batch
         return actions[mask]
+
+    def add_steps(
+        self,
+        steps: int,
+        samples: int,
+        *,
+        learn_s: float,
+        publish_s: float,
+        skipped_publishes: int,
+        lag: tuple[float, int],
+        metrics: dict[str, float],
+    ) -> None:
+        """``steps`` learner steps on ``samples`` env steps in all, as every loop counts them:
+        their time learning and publishing, their publishes skipped (`SnapshotStore.publish`),
+        the last batch's policy lag (mean, max) and the last step's ``metrics``."""
+        self.steps += steps
+        self.samples += samples
+        self.learn_s += learn_s
+        self.publish_s += publish_s
+        self.skipped_publishes += skipped_publishes
+        self.lag_mean, self.lag_max = lag
+        self.metrics = metrics
 
 
 class VersionClock:
@@ -237,8 +258,7 @@ class NativeLoop:
         except BaseException:
             # A step raised (a Python layer's error): what finished before it is applied and
             # published; count it, so that the state and the optimizer agree with the store.
-            state.steps += int(self.done[0])
-            state.optimizer.steps += int(self.done[1])
+            state.count_steps(applied=int(self.done[1]), learner_steps=int(self.done[0]))
             raise
         self.filled = r.filled
         s.dropped_rollouts += r.dropped
@@ -246,29 +266,19 @@ class NativeLoop:
         n = r.batches
         if n == 0:
             return 0
-        state.optimizer.steps += r.applied
-        # Only the last batch can hold a step that was not finite (the call ends after it):
-        # count its passes as `train_step` would, after the finite steps before them.
-        state.steps += n - 1
-        if n > 1:
-            skip_nonfinite_step(state, 0.0)
+        # Only the last batch can hold a step that was not finite (the call ends after it).
         passes = r.passes
-        for norm, _applied in passes:
-            skip_nonfinite_step(state, norm)
-        state.steps += 1
+        state.count_steps(applied=r.applied, norms=[norm for norm, _ in passes], learner_steps=n)
         metrics: dict[str, float] = {}
         if passes:  # else a learner without steps (`NativeLearn.passes` = 0)
             metrics = r.metrics
             metrics["grad_norm"] = passes[-1][0]
             metrics["nonfinite_grad_steps"] = state.extra.get("nonfinite_grad_steps", 0)
         metrics["learning_rate"] = state.optimizer.lr
-        s.steps += n
-        s.samples += n * self.samples
-        s.skipped_publishes += r.skipped_publishes
-        s.learn_s += r.learn_s
-        s.publish_s += r.publish_s
-        s.lag_mean, s.lag_max = r.lag_mean, r.lag_max
-        s.metrics = metrics
+        s.add_steps(
+            n, n * self.samples, learn_s=r.learn_s, publish_s=r.publish_s,
+            skipped_publishes=r.skipped_publishes, lag=(r.lag_mean, r.lag_max), metrics=metrics,
+        )  # fmt: skip
         if self.filled == 0:  # the arrays hold the last batch whole
             s.last_batch = (self.arrays["actions"].copy(), self.arrays["mask"].copy())
         return n
@@ -338,31 +348,13 @@ class Learner:
         runs it writes the final checkpoint after this thread returns."""
         meter = ThreadMeter()
         try:
-            inbox = self.inbox
-            if inbox is not None and inbox.queue is not in_queue:
-                raise ValueError("the learner's native inbox takes from another queue")
-            loop = None
-            if self.loop == "native_learn":
-                plan = NativeLoop.plan_for(self, inbox)
-                if inbox is None or plan is None:
-                    raise RuntimeError("the run's plan chose the native learn loop; it cannot run")
-                loop = NativeLoop(inbox, plan, self)
+            step = self._loop(in_queue)
             while not stop.is_set():
-                if loop is not None:
-                    if loop.run() == 0:
-                        continue  # no step: nothing for the hooks
-                elif inbox is not None:
-                    batch = inbox.take(
-                        stop, self.batch_rollouts, self.version, self.max_policy_lag, self.stats
-                    )
-                    if batch is None:
-                        return
-                    self._learn(batch, inbox.release_gil)
-                else:
-                    rollouts = self._gather(stop, in_queue)
-                    if rollouts is None:
-                        return
-                    self.step(rollouts)
+                taken = step(stop)
+                if taken is None:
+                    return
+                if taken == 0:
+                    continue  # no step: nothing for the hooks
                 for hook in hooks:
                     if stop.is_set():
                         break
@@ -371,6 +363,37 @@ class Learner:
                     self.stats.gil = gil
         finally:
             self.stats.gil = meter.read()  # the whole loop, however it ended
+
+    def _loop(self, in_queue: ItemQueue[Rollout]) -> Callable[[threading.Event], int | None]:
+        """The plan's loop as one round per call: the learner steps it took (0: none yet), None
+        once ``stop`` is set. A batch source (Python gather, native inbox) under the agent's
+        ``learn``, or the native learn loop, which takes and steps in the same native call."""
+        inbox = self.inbox
+        if inbox is not None and inbox.queue is not in_queue:
+            raise ValueError("the learner's native inbox takes from another queue")
+        if self.loop == "native_learn":
+            plan = NativeLoop.plan_for(self, inbox)
+            if inbox is None or plan is None:
+                raise RuntimeError("the run's plan chose the native learn loop; it cannot run")
+            loop = NativeLoop(inbox, plan, self)
+            return lambda stop: loop.run()
+        if inbox is not None:
+            return lambda stop: self._take_and_learn(stop, inbox)
+        return lambda stop: self._gather_and_step(stop, in_queue)
+
+    def _take_and_learn(self, stop: threading.Event, inbox: NativeInbox) -> int | None:
+        batch = inbox.take(stop, self.batch_rollouts, self.version, self.max_policy_lag, self.stats)
+        if batch is None:
+            return None
+        self._learn(batch, inbox.release_gil)
+        return 1
+
+    def _gather_and_step(self, stop: threading.Event, in_queue: ItemQueue[Rollout]) -> int | None:
+        rollouts = self._gather(stop, in_queue)
+        if rollouts is None:
+            return None
+        self.step(rollouts)
+        return 1
 
     def step(self, rollouts: list[Rollout]) -> dict[str, float]:
         """One learner step on exactly these rollouts; hands their buffers back to the actors.
@@ -393,23 +416,19 @@ class Learner:
 
     def _learn(self, batch: Batch, release_gil: bool = False) -> dict[str, float]:
         """``agent.learn`` on ``batch`` (the learner's own copy), the publish, the stats."""
-        s = self.stats
         t0 = time.perf_counter()
         metrics = self.agent.learn(self.net, self.state, batch)
-        self.state.steps += 1
+        self.state.count_steps(learner_steps=1)
         t1 = time.perf_counter()
         release = True if release_gil else None
-        if not self.store.publish(self.state.params, version=self.version, release_gil=release):
-            s.skipped_publishes += 1
-        s.publish_s += time.perf_counter() - t1
-        s.learn_s += t1 - t0
-        s.steps += 1
-        s.samples += batch.rewards.size
+        published = self.store.publish(self.state.params, version=self.version, release_gil=release)
         lags = batch.policy_lag.tolist()  # np.mean/max: ~10 us
-        s.lag_mean = sum(lags) / len(lags)
-        s.lag_max = max(lags)
-        s.metrics = metrics
-        s.last_batch = (batch.actions, batch.mask)  # the batch is the learner's own copy
+        self.stats.add_steps(
+            1, batch.rewards.size, learn_s=t1 - t0, publish_s=time.perf_counter() - t1,
+            skipped_publishes=0 if published else 1, lag=(sum(lags) / len(lags), max(lags)),
+            metrics=metrics,
+        )  # fmt: skip
+        self.stats.last_batch = (batch.actions, batch.mask)  # the batch is the learner's own copy
         return metrics
 
     def _gather(self, stop: threading.Event, in_queue: ItemQueue[Rollout]) -> list | None:
