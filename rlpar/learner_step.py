@@ -202,15 +202,7 @@ def train_steps(
         )
     if not columns:
         raise ValueError("columns: expected at least one step's columns, got none")
-    pool = state.pool
-    optim = None
-    # each step shares its pool as `train_step` would on its own columns
-    splits = {
-        _split(net, pool, batch.obs.shape[0], batch.num_columns if c is None else len(c))
-        for c in columns
-    }
-    if native and isinstance(loss, NativeLoss) and len(splits) == 1 and "shards" not in splits:
-        optim = state.optimizer.native_step()
+    optim, native_pool = _one_call(net, state, batch, loss, columns) if native else (None, None)
     if optim is None or len(columns) == 1:
         return [
             train_step(net, state, batch, loss, max_grad_norm=max_grad_norm, columns=c,
@@ -219,7 +211,6 @@ def train_steps(
         ]  # fmt: skip
     assert isinstance(loss, NativeLoss)  # optim is set only for a NativeLoss
     grad = _grad_buffer(net, state)
-    native_pool = pool.native if pool is not None and splits == {"rows"} else None
     done = np.zeros(1, np.int64)
     try:
         results = _native.train_steps(
@@ -238,6 +229,23 @@ def train_steps(
     return out + [
         train_step(net, state, batch, loss, max_grad_norm=max_grad_norm, columns=c) for c in rest
     ]
+
+
+def _one_call(
+    net: Net, state: LearnerState, batch: Batch, loss: Loss, columns: Sequence[np.ndarray | None]
+) -> tuple[tuple | None, ThreadPool | None]:
+    """(the optimizer's native step, the native calls' pool) where `train_steps` can run as one
+    native call (a `NativeLoss`, each step sharing the pool as `train_step` would on its own
+    columns, all alike and none in shards), else (None, None)."""
+    pool = state.pool
+    splits = {
+        _split(net, pool, batch.obs.shape[0], batch.num_columns if c is None else len(c))
+        for c in columns
+    }
+    if not isinstance(loss, NativeLoss) or len(splits) != 1 or "shards" in splits:
+        return None, None
+    native_pool = pool.native if pool is not None and splits == {"rows"} else None
+    return state.optimizer.native_step(), native_pool
 
 
 def _fused_step(

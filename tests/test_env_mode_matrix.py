@@ -170,22 +170,23 @@ def train_evaluate_resume(config: Path) -> None:
     first = Training(load_experiment(config))
     stop_after_an_evaluation(first, min_env_steps=2000)
     summary = first.run(quiet=True)
-    assert summary["stopped_by"] == "stop", summary
-    assert summary["checkpoint"] is not None
+    trained = summary.result
+    assert trained.stopped_by == "stop", summary
+    assert trained.checkpoint is not None
     assert first.runner.evaluations, "the evaluator ran no evaluation during training"
-    assert summary["evaluation"][0]["episodes"] >= 1
+    assert summary.evaluation[0]["episodes"] >= 1
 
-    run_dir = Path(summary["run_dir"])
+    run_dir = Path(summary.run_dir)
     result = evaluate(run_dir, episodes=3)
-    assert result.episodes == 3 and result.checkpoint == summary["checkpoint"]
+    assert result.episodes == 3 and result.checkpoint == trained.checkpoint
 
-    more = load_experiment(config, [f"runtime.total_env_steps={summary['env_steps'] + 500}"])
+    more = load_experiment(config, [f"runtime.total_env_steps={trained.env_steps + 500}"])
     second = Training(more, resume=run_dir)
-    assert second.runner.resumed_from == Path(summary["checkpoint"])
-    resumed = second.run(quiet=True)
-    assert resumed["env_steps"] > summary["env_steps"]
-    assert resumed["learner_steps"] > summary["learner_steps"]
-    assert "# resumed from " + summary["checkpoint"] in (second.run_dir / "config.toml").read_text()
+    assert second.runner.resumed_from == Path(trained.checkpoint)
+    resumed = second.run(quiet=True).result
+    assert resumed.env_steps > trained.env_steps
+    assert resumed.learner_steps > trained.learner_steps
+    assert "# resumed from " + trained.checkpoint in (second.run_dir / "config.toml").read_text()
 
 
 @pytest.mark.parametrize(

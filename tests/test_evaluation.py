@@ -17,6 +17,7 @@ from tiny_agent import TinyAgent
 
 import rlpar
 from rlpar.app.experiment import experiment_from_dict, load_experiment
+from rlpar.app.summary import TrainingSummary
 from rlpar.checkpoint import load_checkpoint
 from rlpar.config import ConfigError, EnvConfig, EvalConfig
 from rlpar.runtime import Runner
@@ -145,7 +146,7 @@ def test_a_run_on_an_env_that_never_ends_finishes_its_final_evaluation(tmp_path)
         }
     )  # fmt: skip
     summary = Training(exp).run(quiet=True)
-    (final,) = summary["evaluation"]
+    (final,) = summary.evaluation
     assert (final["episodes"], final["truncated"], final["mean_length"]) == (3, 3, 50.0)
 
 
@@ -318,10 +319,11 @@ def test_training_writes_the_final_evaluation_to_the_summary(tmp_path) -> None:
     )
     training = Training(exp)
     summary = training.run(quiet=True)
-    assert [e["policy"] for e in summary["evaluation"]] == ["greedy", "sampled"]
-    assert all(e["episodes"] == 3 for e in summary["evaluation"])
+    assert [e["policy"] for e in summary.evaluation] == ["greedy", "sampled"]
+    assert all(e["episodes"] == 3 for e in summary.evaluation)
     on_disk = json.loads((training.run_dir / "summary.json").read_text())
-    assert on_disk["evaluation"] == summary["evaluation"]
+    assert on_disk == summary.to_dict()
+    assert TrainingSummary.from_dict(on_disk) == summary
 
 
 def test_deterministic_runs_with_evaluation_still_stop_at_their_step_budget() -> None:

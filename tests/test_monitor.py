@@ -129,7 +129,7 @@ def test_every_scalar_tag_is_written_with_env_steps_increasing(run) -> None:
         assert all(np.isfinite(values)), tag
     steps, _ = scalar_values(acc, "return/mean")
     assert len(steps) >= 3, "expected several points on the return curve"
-    assert steps[-1] == summary["env_steps"]
+    assert steps[-1] == summary.result.env_steps
 
 
 def test_scalar_values_make_sense(run) -> None:
@@ -139,13 +139,13 @@ def test_scalar_values_make_sense(run) -> None:
     _, low = scalar_values(acc, "return/min")
     _, high = scalar_values(acc, "return/max")
     assert all(lo <= m <= hi for lo, m, hi in zip(low, mean, high, strict=True))
-    assert mean[-1] == pytest.approx(summary["mean_return"])
+    assert mean[-1] == pytest.approx(summary.result.mean_return)
     fractions = [scalar_values(acc, t)[1][-1] for t in SCALAR_TAGS if t.startswith("time_frac")]
     assert sum(fractions) == pytest.approx(1.0, abs=1e-6)
     _, lr = scalar_values(acc, "optim/learning_rate")
     assert lr[-1] == pytest.approx(0.003)
     _, versions = scalar_values(acc, "runtime/snapshot_version")
-    assert versions[-1] == summary["learner_steps"] + 1
+    assert versions[-1] == summary.result.learner_steps + 1
     _, rates = scalar_values(acc, "throughput/env_steps_per_s")
     assert all(r >= 0 for r in rates)
 
@@ -170,7 +170,7 @@ def test_histograms_text_and_hparams_are_written(run) -> None:
     assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= tags
     assert FINAL_RETURN in acc.Tags()["scalars"]
     (final,) = scalar_values(acc, FINAL_RETURN)[1]
-    assert final == pytest.approx(summary["mean_return"])
+    assert final == pytest.approx(summary.result.mean_return)
 
 
 def test_the_run_directory_holds_config_checkpoints_and_summary(run) -> None:
@@ -179,9 +179,10 @@ def test_the_run_directory_holds_config_checkpoints_and_summary(run) -> None:
     assert (run_dir / "config.toml").is_file()
     again = load_experiment(run_dir / "config.toml")
     assert again.runtime.total_env_steps == 60000 and again.runtime.target_return is None
-    assert json.loads((run_dir / "summary.json").read_text()) == summary
-    assert Path(summary["checkpoint"]).parent == run_dir / "checkpoints"
-    assert summary["stopped_by"] == "total_env_steps" and summary["time_to_target_s"] is None
+    assert json.loads((run_dir / "summary.json").read_text()) == summary.to_dict()
+    result = summary.result
+    assert Path(result.checkpoint).parent == run_dir / "checkpoints"
+    assert result.stopped_by == "total_env_steps" and result.time_to_target_s is None
 
 
 def test_flatten_hparams() -> None:
@@ -236,7 +237,7 @@ def test_a_real_tensorboard_server_serves_the_return_curve(run) -> None:
         expected_steps, expected_values = scalar_values(accumulator(run_dir), "return/mean")
         assert steps == expected_steps
         assert values == pytest.approx(expected_values)
-        assert values[-1] == pytest.approx(summary["mean_return"])
+        assert values[-1] == pytest.approx(summary.result.mean_return)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:

@@ -102,7 +102,8 @@ def summary(seed: int, sampled: float, greedy: float, parent: Path) -> dict:
     """The summary line ``rlpar train --json`` prints, of a run evaluated on two policies."""
     return {
         "name": "two_policies", "mean_return": 10.0 * seed, "env_steps": 1000 + seed,
-        "wall_s": 2.0 + seed, "time_to_target_s": None, "stopped_by": "total_env_steps",
+        "learner_steps": 10, "episodes": 50, "checkpoint": None, "wall_s": 2.0 + seed,
+        "time_to_target_s": None, "stopped_by": "total_env_steps",
         "target_return": None, "target_checks": [], "run_dir": str(parent / f"seed-{seed}"),
         "evaluation": [
             {"policy": "sampled", "episodes": 100, "mean_return": sampled},

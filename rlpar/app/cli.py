@@ -32,10 +32,13 @@ import re
 import sys
 import warnings
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from rlpar.bench.catalogue import BENCHES, Bench
 from rlpar.bench.catalogue import load as load_bench
+
+if TYPE_CHECKING:
+    from rlpar.app.summary import TrainingSummary
 
 __all__ = ["build_parser", "main"]
 
@@ -267,10 +270,11 @@ def _run_train(args: argparse.Namespace) -> int:
         logging.getLogger("rlpar").exception("rlpar train: the run failed")
         return 1
     if args.json:
-        print(json.dumps(summary))
+        print(json.dumps(summary.to_dict()))
     else:
         print(_train_text(summary))
-    return 0 if summary["stopped_by"] in _OK_STOPS else _SIGNAL_EXIT.get(summary["stopped_by"], 1)
+    stopped_by = summary.result.stopped_by
+    return 0 if stopped_by in _OK_STOPS else _SIGNAL_EXIT.get(stopped_by, 1)
 
 
 def _run_seeds(args: argparse.Namespace) -> int:
@@ -310,27 +314,26 @@ def _seed_outcome(row: dict) -> str:
     return f"evaluated return {row['eval_return']}, {row['wall_s']:.1f} s"
 
 
-def _train_text(s: dict) -> str:
-    ret = (
-        "no episode finished" if s["mean_return"] is None else f"mean return {s['mean_return']:.1f}"
-    )
+def _train_text(summary: TrainingSummary) -> str:
+    r = summary.result
+    ret = "no episode finished" if r.mean_return is None else f"mean return {r.mean_return:.1f}"
     target = ""
-    if s["time_to_target_s"] is not None:
-        target = f"; target {s['target_return']} reached after {s['time_to_target_s']:.1f} s"
+    if r.time_to_target_s is not None:
+        target = f"; target {summary.target_return} reached after {r.time_to_target_s:.1f} s"
     lines = [
-        f"{ret} after {s['env_steps']:,} env steps, {s['learner_steps']:,} learner steps, "
-        f"{s['episodes']:,} episodes in {s['wall_s']:.1f} s (stopped by {s['stopped_by']}){target}",
-        f"run directory: {s['run_dir']}",
+        f"{ret} after {r.env_steps:,} env steps, {r.learner_steps:,} learner steps, "
+        f"{r.episodes:,} episodes in {r.wall_s:.1f} s (stopped by {r.stopped_by}){target}",
+        f"run directory: {summary.run_dir}",
     ]
-    for e in s.get("evaluation") or []:
+    for e in summary.evaluation:
         lines.append(
             f"evaluated:     {e['policy']} mean return {e['mean_return']:.2f} ± "
             f"{e['std_return']:.2f} over {e['episodes']} episodes"
             + (f" ({e['truncated']} cut at the step cap)" if e.get("truncated") else "")
         )
-    if s.get("checkpoint"):
-        lines.append(f"checkpoint:    {s['checkpoint']}")
-    gil = s.get("gil") or {}
+    if r.checkpoint:
+        lines.append(f"checkpoint:    {r.checkpoint}")
+    gil = r.gil
     if "actors" in gil:
         a, learner, ceiling = gil["actors"], gil["learner"], gil.get("actor_ceiling")
         room = "no GIL limit" if ceiling is None else f"the GIL serves ~{ceiling:.1f} actors"
@@ -338,7 +341,7 @@ def _train_text(s: dict) -> str:
             f"GIL:           actors held {a['held']:.0%}, waited {a['wait']:.0%} to re-take it, "
             f"{a['native']:.0%} native; learner held {learner['held']:.0%} ({room})"
         )
-    plan = s.get("plan") or {}
+    plan = r.plan
     if plan:
         actor, learner = plan["actor"]["loop"], plan["learner"]["loop"]
         lines.append(f"plan:          actors {actor}, learner {learner}")

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from rlpar.app.experiment import Experiment, load_experiment
+from rlpar.app.summary import TrainingSummary
 from rlpar.app.train import make_run_dir
 from rlpar.config import ConfigError, is_ray_address
 from rlpar.files import write_atomically
@@ -213,11 +214,11 @@ def format_aggregate(name: str, rows: list[dict[str, Any]], agg: dict[str, Any])
     return "\n".join(lines) + "\n"
 
 
-def _row(seed: int, summary: dict[str, Any]) -> dict[str, Any]:
-    evaluation = summary.get("evaluation") or []
-    eval_return = evaluation[0]["mean_return"] if evaluation else None
-    target = summary.get("target_return")
-    checks = summary.get("target_checks") or []
+def _row(seed: int, summary: TrainingSummary) -> dict[str, Any]:
+    """A seed's row of ``aggregate.json`` from its run's summary."""
+    r, evaluation = summary.result, summary.evaluation
+    eval_return, target = summary.eval_return, summary.target_return
+    checks = r.target_checks
     return {
         "seed": seed,
         "status": "ok",
@@ -225,15 +226,15 @@ def _row(seed: int, summary: dict[str, Any]) -> dict[str, Any]:
         "eval_policy": evaluation[0]["policy"] if evaluation else None,
         "eval_episodes": evaluation[0]["episodes"] if evaluation else None,
         "eval_returns": {e["policy"]: e["mean_return"] for e in evaluation},
-        "window_return": summary.get("mean_return"),
+        "window_return": r.mean_return,
         "target_return": target,
         "solved": None if target is None or eval_return is None else eval_return >= target,
         "target_checks": f"{sum(c['passed'] for c in checks)}/{len(checks)}" if checks else None,
-        "time_to_target_s": summary.get("time_to_target_s"),
-        "env_steps": summary["env_steps"],
-        "wall_s": summary["wall_s"],
-        "stopped_by": summary["stopped_by"],
-        "run_dir": summary["run_dir"],
+        "time_to_target_s": r.time_to_target_s,
+        "env_steps": r.env_steps,
+        "wall_s": r.wall_s,
+        "stopped_by": r.stopped_by,
+        "run_dir": summary.run_dir,
     }
 
 
@@ -364,7 +365,7 @@ def _connect_ray(address: str) -> tuple[Any, bool]:
         raise ConfigError(f'--ray needs Ray: pip install "rlpar[ray]" ({e})') from None
 
 
-def train_seed(config: str, overrides: list[str], seed: int, run_dir: str) -> dict[str, Any]:
+def train_seed(config: str, overrides: list[str], seed: int, run_dir: str) -> TrainingSummary:
     """One seed's run (``runtime.seed = seed``) in ``run_dir``, as ``rlpar train --run-dir``
     makes it, also writing its summary beside it as ``seed-<seed>.json``; returns the
     summary. What a Ray task of ``--seeds ... --ray`` runs."""
@@ -372,7 +373,8 @@ def train_seed(config: str, overrides: list[str], seed: int, run_dir: str) -> di
 
     exp = load_experiment(config, [*overrides, f"runtime.seed={seed}"])
     summary = Training(exp, run_dir=run_dir).run(quiet=True)
-    write_atomically(Path(run_dir).parent / f"seed-{seed}.json", json.dumps(summary) + "\n")
+    text = json.dumps(summary.to_dict())
+    write_atomically(Path(run_dir).parent / f"seed-{seed}.json", text + "\n")
     return summary
 
 
@@ -426,8 +428,8 @@ def _seed_row(seed: int, log_path: Path, returncode: int | None) -> dict[str, An
     lines = summary.read_text(errors="replace").strip().splitlines() if summary.is_file() else []
     if returncode in (0, None) and lines:
         try:
-            return _row(seed, json.loads(lines[-1]))
-        except (json.JSONDecodeError, KeyError):
+            return _row(seed, TrainingSummary.from_dict(json.loads(lines[-1])))
+        except (json.JSONDecodeError, KeyError, TypeError):
             pass
     error = error_line(log_path.read_text(errors="replace")) if log_path.is_file() else ""
     exit_text = "no summary" if returncode is None else f"exit {returncode}"

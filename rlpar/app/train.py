@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import itertools
 import json
@@ -23,16 +24,17 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from rlpar.app.clips import TrainingClips
 from rlpar.app.experiment import Experiment, to_toml
 from rlpar.app.monitor import TensorBoardMonitor
 from rlpar.app.progress import make_display
+from rlpar.app.summary import TrainingSummary
 from rlpar.files import write_atomically
 from rlpar.runtime import Progress, Runner, RunResult
 
-__all__ = ["Training", "load_env_plugins", "make_run_dir"]
+__all__ = ["Training", "TrainingSummary", "load_env_plugins", "make_run_dir"]
 
 log = logging.getLogger("rlpar")
 
@@ -123,7 +125,7 @@ class Training:
         quiet: bool = False,
         stream: TextIO | None = None,
         on_progress: Callable[[Progress], None] | None = None,
-    ) -> dict[str, Any]:
+    ) -> TrainingSummary:
         """Train until a stop condition; write ``summary.json``; return the summary.
         ``on_progress``: called with each `Progress` too, on the calling thread (as
         `rlpar.Runner.run` calls it)."""
@@ -161,7 +163,8 @@ class Training:
             self.close()
             monitor.close()
         summary = self._summary(result, clip_error)
-        write_atomically(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        text = json.dumps(summary.to_dict(), indent=2)
+        write_atomically(self.run_dir / "summary.json", text + "\n")
         if clip_error is not None:
             raise clip_error
         return summary
@@ -179,21 +182,18 @@ class Training:
             clips=self.clips,
         )
 
-    def _summary(self, result: RunResult, clip_error: RuntimeError | None) -> dict[str, Any]:
-        """``summary.json``: the run's name, its `RunResult`, the target and where it all is;
-        with ``clip_error`` (the run itself ended whole), an ``error`` entry that says why the
-        command fails."""
-        summary = {
-            "name": self.experiment.name,
-            **result.to_dict(),
-            "target_return": self.experiment.runtime.target_return,
-            "run_dir": str(self.run_dir.resolve()),
-        }
+    def _summary(self, result: RunResult, clip_error: RuntimeError | None) -> TrainingSummary:
+        """The run's `TrainingSummary`; with ``clip_error`` (the run itself ended whole), an
+        ``error`` that says why the command fails."""
         if result.checkpoint is not None:
-            summary["checkpoint"] = str(Path(result.checkpoint).resolve())
-        if clip_error is not None:
-            summary["error"] = str(clip_error)
-        return summary
+            result = dataclasses.replace(result, checkpoint=str(Path(result.checkpoint).resolve()))
+        return TrainingSummary(
+            name=self.experiment.name,
+            result=result,
+            target_return=self.experiment.runtime.target_return,
+            run_dir=str(self.run_dir.resolve()),
+            error=None if clip_error is None else str(clip_error),
+        )
 
     def close(self) -> None:
         """Close the envs (the actors' and the clips' one); `run` does it when it ends, so only

@@ -178,27 +178,16 @@ class Runner:
         )
         self.clock = self.learner.clock
         self._checkpoints = Checkpointer(
-            self.checkpoint_dir,
-            self.keep_checkpoints,
-            state=self.state,
-            net=self.net,
-            actors=self.actors,
-            counters=self.counters,
-            config=self.config,
+            self.checkpoint_dir, self.keep_checkpoints, state=self.state, net=self.net,
+            actors=self.actors, counters=self.counters, config=self.config,
             generation=self._generation,
             actor_states=self._consumed_actor_states if cfg.deterministic else None,
-        )
+        )  # fmt: skip
         self._evaluator, self._periodic = build_evaluators(
-            self.agent,
-            self.net,
-            self.env_cfg,
-            self.eval_cfg,
-            seed=cfg.seed,
-            generation=self._generation,
-            store=self.store,
-            env_steps=self.counters.env_steps,
+            self.agent, self.net, self.env_cfg, self.eval_cfg, seed=cfg.seed,
+            generation=self._generation, store=self.store, env_steps=self.counters.env_steps,
             points=self.evaluations,
-        )
+        )  # fmt: skip
         self._gil_check = GilBoundCheck(self.env_cfg, self.actors)
 
     def _consumed_actor_states(self) -> list[ActorState]:
@@ -224,14 +213,10 @@ class Runner:
     def progress(self, wall_s: float) -> Progress:
         """The run as it is ``wall_s`` seconds after its start (`Progress`)."""
         return measure_progress(
-            wall_s,
-            counters=self.counters,
-            learner=self.learner,
-            actors=self.actors,
-            return_window=self.cfg.return_window,
-            queue_depth=self.queue.qsize(),
+            wall_s, counters=self.counters, learner=self.learner, actors=self.actors,
+            return_window=self.cfg.return_window, queue_depth=self.queue.qsize(),
             lost_rollouts=self.ray.lost_rollouts if self.ray is not None else 0,
-        )
+        )  # fmt: skip
 
     def gil_report(self) -> dict[str, Any]:
         """`Progress.gil`: each thread's GIL shares since it started, and the actor ceiling."""
@@ -260,15 +245,11 @@ class Runner:
             try:
                 self._start_threads(hooks)
                 stopped_by = supervise(
-                    self._threads,
-                    signals,
-                    rules,
-                    lambda: self._verdict.reason,
+                    self._threads, signals, rules, lambda: self._verdict.reason,
                     start=self._start,
                     on_progress=(lambda s: on_progress(self.progress(s))) if on_progress else None,
-                    interval_s=progress_interval_s,
-                    every_wake=self._gil_check,
-                )
+                    interval_s=progress_interval_s, every_wake=self._gil_check,
+                )  # fmt: skip
             finally:
                 self.stop.set()
                 stuck = self._threads.join(self.cfg.join_timeout_s)
@@ -296,15 +277,10 @@ class Runner:
         checkpoint, of the same parameters, follows the joins)."""
         cfg = self.cfg
         main, learner = stop_rules(
-            cfg,
-            verdict=self._verdict,
-            episodes=self.episodes,
-            env_steps=self.counters.env_steps,
-            state=self.state,
-            evaluator=self._evaluator,
-            checks=self.target_checks,
+            cfg, verdict=self._verdict, episodes=self.episodes, env_steps=self.counters.env_steps,
+            state=self.state, evaluator=self._evaluator, checks=self.target_checks,
             start=self._start,
-        )
+        )  # fmt: skip
         if cfg.checkpoint_interval_s is not None:
             interval = cfg.checkpoint_interval_s
             learner.append(PeriodicCheckpoint(self._checkpoints, interval, self._start))
@@ -324,19 +300,12 @@ class Runner:
             stopped_by, self.episodes, self.cfg.return_window, self._start
         )
         return RunResult(
-            mean_return=mean_return,
-            env_steps=self.env_steps(),
-            learner_steps=self.state.steps,
-            episodes=self.counters.episode_count(),
-            wall_s=wall,
-            time_to_target_s=time_to_target,
-            stopped_by=stopped_by,
-            checkpoint=str(final) if final else None,
-            stuck_threads=stuck,
+            mean_return=mean_return, env_steps=self.env_steps(), learner_steps=self.state.steps,
+            episodes=self.counters.episode_count(), wall_s=wall, time_to_target_s=time_to_target,
+            stopped_by=stopped_by, checkpoint=str(final) if final else None, stuck_threads=stuck,
             target_checks=[dataclasses.asdict(c) for c in self.target_checks],
-            gil=self.gil_report(),
-            plan=self.plan.to_dict(),
-        )
+            gil=self.gil_report(), plan=self.plan.to_dict(),
+        )  # fmt: skip
 
     def close(self) -> None:
         """Close the envs (idempotent); envs of a stuck actor are left alone."""

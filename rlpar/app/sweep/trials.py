@@ -44,14 +44,13 @@ def trial(tune_config: dict[str, Any], *, config: str, overrides: list[str], roo
             })  # fmt: skip
 
     summary = training.run(quiet=True, on_progress=on_progress)
-    evaluation = summary.get("evaluation") or []
-    last = evaluation[0]["mean_return"] if evaluation else None
+    last = summary.eval_return
     if last is None:  # no final evaluation ([eval] episodes = 0): the last periodic one
         points, _ = training.runner.evaluations.since(0)
         last = points[-1].results[0].mean_return if points else float("nan")
     tune.report({
-        METRIC: last, "env_steps": summary["env_steps"], "wall_s": summary["wall_s"],
-        "final": True, "run_dir": summary["run_dir"],
+        METRIC: last, "env_steps": summary.result.env_steps, "wall_s": summary.result.wall_s,
+        "final": True, "run_dir": summary.run_dir,
         "started_at": started_at, "reported_at": time.time(),
     })  # fmt: skip
 
@@ -80,18 +79,7 @@ def pbt_trial(
     values = [f"{k}={toml_value(v)}" for k, v in tune_config.items()]
     exp = load_experiment(config, [*overrides, *values])
     total = exp.runtime.total_env_steps
-    done, resume, history, source, state = 0, None, [], None, {}
-    given = tune.get_checkpoint()
-    if given is not None:  # a restart: this trial's own checkpoint, or an exploited trial's
-        with given.as_directory() as d:
-            state = json.loads((Path(d) / PBT_STATE).read_text())
-            done, history = int(state["segments"]), list(state["history"])
-            resume = _unique(trial_dir / f"resume-{state['trial']}-{done}.ckpt")
-            shutil.copyfile(Path(d) / "rlpar.ckpt", resume)
-        if state["trial"] != trial_id:
-            source = {"trial": state["trial"], "env_steps": state["env_steps"]}
-    # A trial restarted from its own checkpoint (a pause) keeps the time it first started.
-    started_at = state["started_at"] if given is not None and source is None else time.time()
+    done, resume, history, source, started_at = _restored(tune, trial_dir, trial_id)
     while True:
         end = min(total, (done + 1) * every)
         runtime = dataclasses.replace(exp.runtime, total_env_steps=end)
@@ -101,33 +89,56 @@ def pbt_trial(
             run_dir=_unique(trial_dir / f"segment-{done + 1}"),
         )
         summary = training.run(quiet=True)
+        result, run_dir = summary.result, summary.run_dir
         done += 1
-        score = summary["evaluation"][0]["mean_return"]
+        score = summary.eval_return
         history.append({
-            "trial": trial_id, "config": dict(tune_config), "env_steps": summary["env_steps"],
-            METRIC: score, "wall_s": summary["wall_s"], "run_dir": summary["run_dir"],
+            "trial": trial_id, "config": dict(tune_config), "env_steps": result.env_steps,
+            METRIC: score, "wall_s": result.wall_s, "run_dir": run_dir,
             "continued_from": source,
         })  # fmt: skip
         source = None
-        resume = summary["checkpoint"]
-        final = summary["env_steps"] >= total or summary["stopped_by"] != "total_env_steps"
+        if result.checkpoint is None:
+            raise RuntimeError(f"PBT segment {done} of trial {trial_id} wrote no checkpoint")
+        resume = Path(result.checkpoint)
+        final = result.env_steps >= total or result.stopped_by != "total_env_steps"
         with tempfile.TemporaryDirectory() as d:
             shutil.copyfile(resume, Path(d) / "rlpar.ckpt")
-            state = {"trial": trial_id, "segments": done, "env_steps": summary["env_steps"],
+            state = {"trial": trial_id, "segments": done, "env_steps": result.env_steps,
                      "history": history, "started_at": started_at}  # fmt: skip
             (Path(d) / PBT_STATE).write_text(json.dumps(state))
             tune.report(
                 {
-                    METRIC: score, "env_steps": summary["env_steps"],
+                    METRIC: score, "env_steps": result.env_steps,
                     "pbt_env_steps": (done - 1 if final else done) * every,
                     "wall_s": sum(h["wall_s"] for h in history), "final": final,
-                    "run_dir": summary["run_dir"], "history": json.dumps(history),
+                    "run_dir": run_dir, "history": json.dumps(history),
                     "started_at": started_at, "reported_at": time.time(),
                 },
                 checkpoint=tune.Checkpoint.from_directory(d),
             )  # fmt: skip
         if final:
             return
+
+
+def _restored(
+    tune: Any, trial_dir: Path, trial_id: str
+) -> tuple[int, Path | None, list[dict[str, Any]], dict[str, Any] | None, float]:
+    """Where a PBT trial starts: segments done, the checkpoint to resume, the history, the
+    trial it continues (after an exploit) and when it started. Fresh, or from the checkpoint
+    Tune hands over: this trial's own (a pause keeps the time it first started) or another's."""
+    given = tune.get_checkpoint()
+    if given is None:
+        return 0, None, [], None, time.time()
+    with given.as_directory() as d:
+        state = json.loads((Path(d) / PBT_STATE).read_text())
+        done, history = int(state["segments"]), list(state["history"])
+        resume = _unique(trial_dir / f"resume-{state['trial']}-{done}.ckpt")
+        shutil.copyfile(Path(d) / "rlpar.ckpt", resume)
+    if state["trial"] != trial_id:
+        source = {"trial": state["trial"], "env_steps": state["env_steps"]}
+        return done, resume, history, source, time.time()
+    return done, resume, history, None, state["started_at"]
 
 
 def _unique(path: Path) -> Path:
