@@ -15,9 +15,10 @@ Public API (everything a user or a plug-in agent needs is importable from here):
   call), `NativeLearn` (a built-in agent's step, for the runtime's native learner loop),
   `minibatches` and `minibatch_columns` (epochs x minibatches of whole unrolls), the native
   losses `actor_critic_loss` (its `LossOptions`) and `ppo_loss` (its `PpoOptions`),
-  `NativeLoss` (either as a `Loss`), `bound_penalty`, `ShardPool` (the threads of a learner
-  step: batch rows inside the net's calls, or column shards) and `ThreadPool` (native
-  intra-op threads for `Net` calls);
+  `NativeLoss` (either as a `Loss`), `TorchLoss` (a `Loss` written with PyTorch's autodiff;
+  torch is imported only when one is called) and its `TorchBatch`, `bound_penalty`,
+  `ShardPool` (the threads of a learner step: batch rows inside the net's calls, or column
+  shards) and `ThreadPool` (native intra-op threads for `Net` calls);
 - evaluation: `evaluate_policy` (play whole episodes with one parameter vector) and its
   `Evaluation`; a run's final parameters are `Runner.params` after `Runner.run`;
 - plug-ins: `register_agent`, `make_agent`, `registered_agents`, `register_env`,
@@ -94,6 +95,7 @@ from rlpar.registry import make_agent, register_agent, register_env, registered_
 from rlpar.runtime import Progress, Runner, RunResult
 from rlpar.runtime.evaluation import Evaluation, evaluate_policy
 from rlpar.snapshot import Snapshot, SnapshotStore
+from rlpar.torch_loss import TorchBatch, TorchLoss
 
 __version__ = "0.1.0"
 
@@ -135,6 +137,8 @@ __all__ = [
     "Tanh",
     "Tape",
     "ThreadPool",
+    "TorchBatch",
+    "TorchLoss",
     "Value",
     "__version__",
     "actor_critic_loss",

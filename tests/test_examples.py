@@ -34,6 +34,7 @@ SHOWN = [
     ("README.md", "custom-agent", EXAMPLE),
     ("README.md", "custom-env", ENV_EXAMPLE),
     ("docs/agents.md", "recurrent-agent", RECURRENT),
+    ("docs/agents.md", "custom-agent-torch", ROOT / "examples" / "custom_agent_torch.py"),
     ("docs/cli.md", "cartpole-impala", ROOT / "experiments" / "cartpole_impala.toml"),
 ]
 
