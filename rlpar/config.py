@@ -290,6 +290,11 @@ class EnvConfig:
     "minatar.gym:register_envs". `rlpar eval` runs a checkpoint's hook only with your word
     (`--set env.setup=...` or `--trust-checkpoint-setup`)."""
 
+    drop_keys: list[str] = field(default_factory=list)
+    """Keys of a Dict observation space left out of what the net is fed (e.g. ["mission"]:
+    MiniGrid's text, which cannot be). Every other space is encoded as `rlpar.spaces` says:
+    Discrete and MultiDiscrete one-hot, Dict and Tuple leaves side by side."""
+
     vectorization: str = "sync"
     """How an actor's envs are stepped: "sync" (in the actor thread; Python envs hold the GIL,
     so only one actor thread steps at a time), "async" (worker processes, see

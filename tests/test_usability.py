@@ -110,14 +110,20 @@ class _IntObsEnv(gym.Env):
         return np.zeros(3, np.int64), 0.0, False, False, {}
 
 
-def test_an_unsupported_observation_dtype_names_the_env_and_the_space() -> None:
+def test_an_integer_observation_space_is_fed_as_float32() -> None:
+    """Once refused ("unsupported observation dtype int64"); now cast (`rlpar.spaces`)."""
     gym.register("rlpar-test/IntObs-v0", entry_point=_IntObsEnv)
-    runtime = rlpar.RuntimeConfig(num_actors=1, envs_per_actor=2, total_env_steps=1000)
-    with pytest.raises(ValueError) as info:
-        rlpar.Runner(TinyAgent(), rlpar.EnvConfig("rlpar-test/IntObs-v0"), runtime).run()
-    text = str(info.value)
-    assert text.startswith("env 'rlpar-test/IntObs-v0': unsupported observation dtype int64")
-    assert "Box(0, 10, (3,), int64)" in text and "expected a float dtype" in text
+    envs = make_actor_envs(rlpar.EnvConfig("rlpar-test/IntObs-v0"), 2)
+    try:
+        assert envs.single_observation_space == gym.spaces.Box(0, 10, (3,), np.float32)
+        obs, _ = envs.reset(seed=0)
+        assert obs.dtype == np.float32 and obs.shape == (2, 3)
+    finally:
+        envs.close()
+    runtime = rlpar.RuntimeConfig(num_actors=1, envs_per_actor=2, total_env_steps=200,
+                                  checkpoint_interval_s=None)  # fmt: skip
+    result = rlpar.Runner(TinyAgent(), rlpar.EnvConfig("rlpar-test/IntObs-v0"), runtime).run()
+    assert result.env_steps >= 200
 
 
 def test_an_unknown_env_id_points_to_env_setup() -> None:

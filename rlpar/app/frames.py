@@ -19,6 +19,7 @@ from rlpar.nn import Net
 from rlpar.runtime.env_setup import run_setup
 from rlpar.runtime.envs import ActionAdapter
 from rlpar.runtime.evaluation import policy_actions
+from rlpar.spaces import encoded
 
 __all__ = ["encode_gif", "encode_progress", "play_episodes", "render_env", "shrink"]
 
@@ -68,7 +69,7 @@ def render_env(env_cfg: EnvConfig, what: str = "--video") -> gym.Env:
             f"{what}: env {env_id!r} does not render rgb_array frames (its render modes: "
             f"{env.metadata.get('render_modes') or 'none'})"
         )
-    return env
+    return encoded(env, env_cfg.drop_keys, env_id)  # the policy sees what it trained on
 
 
 def _frame(env: gym.Env, what: str, size: int | None = None) -> np.ndarray:

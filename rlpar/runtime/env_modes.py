@@ -33,6 +33,7 @@ from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv, VectorEnv
 
 from rlpar.config import EnvConfig
 from rlpar.runtime.env_setup import run_setup
+from rlpar.spaces import encoded
 
 __all__ = [
     "AleEnvs",
@@ -136,11 +137,18 @@ class _EnvGroup(gym.Env):
     "truncated" [k]}, so everything comes back through shared memory (nothing is pickled per
     step). It autoresets each env itself (NEXT_STEP, like `SyncVectorEnv`) and never ends."""
 
-    def __init__(self, spec: gym.envs.registration.EnvSpec, kwargs: dict, k: int, first: int):
-        self.envs = [gym.make(spec, **kwargs) for _ in range(k)]
+    def __init__(
+        self,
+        spec: gym.envs.registration.EnvSpec,
+        kwargs: dict,
+        k: int,
+        first: int,
+        drop_keys: Sequence[str] = (),
+    ) -> None:
+        self.envs = [encoded(gym.make(spec, **kwargs), drop_keys, spec.id) for _ in range(k)]
         self.first = first  # index of this group's first env among the actor's K
         space = self.envs[0].observation_space
-        if not isinstance(space, gym.spaces.Box):
+        if not isinstance(space, gym.spaces.Box):  # `encoded` makes every space one
             raise ValueError(f"unsupported observation space {space}: expected a Box")
         self.single_action_space = self.envs[0].action_space
         self.observation_space = gym.spaces.Dict(
@@ -192,11 +200,16 @@ class _EnvGroup(gym.Env):
 
 
 def _make_group(
-    spec: gym.envs.registration.EnvSpec, kwargs: dict, k: int, first: int, setup: str | None
+    spec: gym.envs.registration.EnvSpec,
+    kwargs: dict,
+    k: int,
+    first: int,
+    setup: str | None,
+    drop_keys: Sequence[str] = (),
 ) -> _EnvGroup:
     if spec.id not in gym.registry:  # a fresh worker process: run what registers the env
         run_setup(setup)
-    return _EnvGroup(spec, kwargs, k, first)
+    return _EnvGroup(spec, kwargs, k, first, drop_keys)
 
 
 class GroupedAsyncEnvs(_SendRecv):
@@ -211,12 +224,13 @@ class GroupedAsyncEnvs(_SendRecv):
             )
         k = num_envs // workers
         spec = gym.spec(cfg.id)
-        probe = gym.make(spec, **cfg.kwargs)  # constructor errors surface here, in this process
+        # constructor errors surface here, in this process
+        probe = encoded(gym.make(spec, **cfg.kwargs), cfg.drop_keys, cfg.id)
         self.single_observation_space = probe.observation_space
         self.single_action_space = probe.action_space
         probe.close()
         fns = [
-            partial(_make_group, spec, dict(cfg.kwargs), k, w * k, cfg.setup)
+            partial(_make_group, spec, dict(cfg.kwargs), k, w * k, cfg.setup, cfg.drop_keys)
             for w in range(workers)
         ]
         _check_picklable(fns[0], cfg.id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -47,7 +47,7 @@ def make_actor_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
     if cfg.vectorization in ("ale", "envpool"):
         return _engine_envs(cfg, num_envs)
     _register(cfg)
-    check_observations(cfg)  # the observation contract: rlpar/runtime/observations.py
+    encoder = check_observations(cfg)  # the observation contract: runtime/observations.py
     if cfg.vectorization == "async":
         workers = cfg.workers_per_actor or _default_workers(num_envs)
         if not cfg.double_buffer:
@@ -59,8 +59,8 @@ def make_actor_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
             )
         return SplitEnvs(lambda n: GroupedAsyncEnvs(cfg, n, workers // 2), num_envs)
     if cfg.double_buffer:
-        return SplitEnvs(lambda n: SyncHalf(_sync_envs(cfg, n)), num_envs)
-    return _sync_envs(cfg, num_envs)
+        return SplitEnvs(lambda n: SyncHalf(_sync_envs(cfg, n, encoder)), num_envs)
+    return _sync_envs(cfg, num_envs, encoder)
 
 
 def _engine_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
@@ -106,8 +106,16 @@ def _how_to_register(cfg: EnvConfig) -> str:
     )
 
 
-def _sync_envs(cfg: EnvConfig, num_envs: int) -> VectorEnv:
-    envs = gym.make_vec(cfg.id, num_envs=num_envs, **cfg.kwargs)
+def _sync_envs(
+    cfg: EnvConfig, num_envs: int, encoder: Callable[[gym.Env], gym.Env] | None
+) -> VectorEnv:
+    """gymnasium's `make_vec`; with an ``encoder`` (`rlpar.spaces`), a `SyncVectorEnv` of
+    encoded envs (an env's own vector version would skip the encoding)."""
+    if encoder is None:
+        envs = gym.make_vec(cfg.id, num_envs=num_envs, **cfg.kwargs)
+    else:
+        wrap = cast(Callable[[gym.Env], gym.Wrapper], encoder)  # a FlatObservation
+        envs = gym.make_vec(cfg.id, num_envs, "sync", wrappers=[wrap], **cfg.kwargs)
     return _check_autoreset(envs, cfg.id)
 
 

@@ -1,7 +1,8 @@
 """The observation contract: what an env's observations may be, and what rlpar makes of them.
 
-An env's observation space must be a ``gymnasium.spaces.Box``. rlpar stores observations (in
-rollouts, ``obs [T + 1, K, *shape]``) and feeds them to the net as:
+Every other gymnasium space is first encoded, one env at a time, into a float32 ``Box``
+(`rlpar.spaces`: one-hot for Discrete leaves, Dict and Tuple leaves side by side). A ``Box``
+rlpar stores observations of (in rollouts, ``obs [T + 1, K, *shape]``) is fed to the net as:
 
 ====================================  ================  ==================================
 observation space dtype               stored and fed    an observation of another dtype
@@ -26,39 +27,50 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from rlpar.config import EnvConfig
+from rlpar.spaces import encoder_for
 
 __all__ = ["check_observation", "check_observations", "storage_dtype"]
 
 log = logging.getLogger("rlpar")
 
-_CHECKED: set[str] = set()
+_CHECKED: dict[str, Callable[[gym.Env], gym.Env] | None] = {}
 
 
-def check_observations(cfg: EnvConfig) -> None:
+def check_observations(cfg: EnvConfig) -> Callable[[gym.Env], gym.Env] | None:
     """Check the observations of one env of ``cfg`` (a registered gymnasium id) against its
-    space, once per id and kwargs in this process (see the module docstring): ValueError for
-    one rlpar cannot use, one warning for one it casts."""
-    key = json.dumps([cfg.id, cfg.kwargs], sort_keys=True, default=repr)
+    space, once per id, kwargs and ``drop_keys`` in this process (see the module docstring):
+    ValueError for one rlpar cannot use, one warning for one it casts. Returns the wrapper
+    that encodes each env's observations (`rlpar.spaces.encoder_for`), None for a space fed as
+    it is."""
+    key = json.dumps([cfg.id, cfg.kwargs, cfg.drop_keys], sort_keys=True, default=repr)
     if key in _CHECKED:
-        return
-    env = gym.make(cfg.id, disable_env_checker=True, **cfg.kwargs)
+        return _CHECKED[key]
     try:
+        env = gym.make(cfg.id, disable_env_checker=True, **cfg.kwargs)
+    except gym.error.DependencyNotInstalled as e:
+        # e.g. LunarLander without Box2D: one line naming the env and what to install
+        raise ValueError(f"env {cfg.id!r} needs a package that is not installed: {e}") from None
+    try:
+        encoder = encoder_for(env.observation_space, cfg.drop_keys, cfg.id)
+        if encoder is not None:
+            env = encoder(env)
         space = env.observation_space
-        if isinstance(space, gym.spaces.Box):  # other spaces: the actor names them
-            storage_dtype(space, cfg.id)
+        storage_dtype(space, cfg.id)
         first = check_observation(cfg.id, space, env.reset(seed=0)[0], "reset()")
         then = check_observation(cfg.id, space, env.step(env.action_space.sample())[0], "step()")
     finally:
         env.close()
-    _CHECKED.add(key)
+    _CHECKED[key] = encoder
     if first or then:
         log.warning("%s", first or then)
+    return encoder
 
 
 def storage_dtype(space: gym.Space, env_id: str | None = None) -> np.dtype:

@@ -1,0 +1,181 @@
+"""Every gymnasium observation space, as what the net is fed: a float32 or uint8 ``Box``.
+
+A ``Box`` of one dimension (a vector) or three (an image, (H, W, C)) of a float dtype, uint8 or
+bool goes to the net as it is (`rlpar.runtime.observations`). Every other space is encoded, one
+env at a time, by `FlatObservation` into one float32 vector:
+
+==============================  =================================================================
+space                           encoded as
+==============================  =================================================================
+``Box`` of another shape        flattened, e.g. (3, 5) -> (15,); a scalar () -> (1,)
+``Box`` of an integer dtype     cast to float32 (a vector or an image keeps its shape)
+``Discrete(n)``                 one-hot, n values
+``MultiDiscrete(nvec)``         one-hot per dimension, side by side: sum(nvec) values
+``MultiBinary(n)``              its n bits as 0.0 / 1.0
+``Dict``, ``Tuple``             their leaves encoded as above (an image leaf flattened, a uint8
+                                one reaching past 1 scaled to [0, 1] as a whole image is), side
+                                by side in the space's order (a Dict's keys sorted), nested too
+==============================  =================================================================
+
+A ``Text`` leaf (MiniGrid's ``mission``) cannot be fed: name its key in ``env.drop_keys`` to
+leave it out (the error says so). ``Graph``, ``Sequence`` and ``OneOf`` spaces have no fixed
+size and are refused. The encoding is gymnasium's own (`gymnasium.spaces.flatten`), cast to
+float32; it runs in the env's process (each env of a vector env, or each "async" worker), so
+the rollout holds the encoded vector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = ["FlatObservation", "encoded", "encoder_for", "fed_as_is"]
+
+_LEAVES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+
+
+def fed_as_is(space: gym.Space) -> bool:
+    """Whether ``space`` goes to the net unencoded: a float, uint8 or bool ``Box`` of one or
+    three dimensions."""
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) not in (1, 3):
+        return False
+    return np.issubdtype(space.dtype, np.floating) or space.dtype in (np.uint8, np.bool_)
+
+
+def encoder_for(
+    space: gym.Space, drop_keys: Sequence[str] = (), env_id: str | None = None
+) -> Callable[[gym.Env], gym.Env] | None:
+    """The wrapper that makes one env of ``space`` feedable (`FlatObservation`), or None when
+    ``space`` is fed as it is. Raises ValueError, naming the env and the space, for a space that
+    cannot be encoded, and for ``drop_keys`` that name no key of a Dict space."""
+    _kept_space(space, drop_keys, env_id)  # the checks, before any env is made
+    if fed_as_is(space) and not drop_keys:
+        return None
+    return lambda env: FlatObservation(env, drop_keys, env_id)
+
+
+def encoded(env: gym.Env, drop_keys: Sequence[str] = (), env_id: str | None = None) -> gym.Env:
+    """``env`` as the net is fed it: wrapped in `FlatObservation` when its space needs it."""
+    wrap = encoder_for(env.observation_space, drop_keys, env_id)
+    if wrap is None:
+        return env
+    try:
+        return wrap(env)
+    except BaseException:
+        env.close()
+        raise
+
+
+def _kept_space(space: gym.Space, drop_keys: Sequence[str], env_id: str | None) -> gym.Space:
+    """``space`` without the Dict keys ``drop_keys``, each leaf checked."""
+    where = f"env {env_id!r}: " if env_id else ""
+    if drop_keys:
+        if not isinstance(space, gym.spaces.Dict):
+            raise ValueError(
+                f"{where}env.drop_keys {list(drop_keys)}: expected a Dict observation space "
+                f"to drop keys from, got {space}"
+            )
+        unknown = [k for k in drop_keys if k not in space.spaces]
+        if unknown:
+            raise ValueError(
+                f"{where}env.drop_keys: {unknown} are not keys of the observation space; its "
+                f"keys: {sorted(space.spaces)}"
+            )
+        space = gym.spaces.Dict({k: s for k, s in space.spaces.items() if k not in drop_keys})
+    _check_leaves(space, space, "", where)
+    return space
+
+
+def _check_leaves(space: gym.Space, top: gym.Space, path: str, where: str) -> None:
+    if isinstance(space, gym.spaces.Dict):
+        for key, sub in space.spaces.items():
+            _check_leaves(sub, top, f"{path}[{key!r}]", where)
+        return
+    if isinstance(space, gym.spaces.Tuple):
+        for i, sub in enumerate(space.spaces):
+            _check_leaves(sub, top, f"{path}[{i}]", where)
+        return
+    leaf = f"the observation space's leaf {path} " if path else "the observation space "
+    if isinstance(space, gym.spaces.Text):
+        key = _key(path)
+        hint = (
+            f"name its key in env.drop_keys to leave it out (--set 'env.drop_keys=[\"{key}\"]')"
+            if path and isinstance(top, gym.spaces.Dict)
+            else "wrap the env to drop or encode it"
+        )
+        raise ValueError(f"{where}{leaf}is {space}: text cannot be fed to the net; {hint}")
+    if not isinstance(space, _LEAVES):
+        raise ValueError(
+            f"{where}{leaf}is {space}: expected Box, Discrete, MultiDiscrete, MultiBinary, or a "
+            "Dict or Tuple of those (a space without a fixed size cannot be fed to the net)"
+        )
+    if isinstance(space, gym.spaces.Box) and not (
+        np.issubdtype(space.dtype, np.floating)
+        or np.issubdtype(space.dtype, np.integer)
+        or space.dtype == np.bool_
+    ):
+        raise ValueError(f"{where}{leaf}is {space}: expected a numeric or bool dtype")
+
+
+def _key(path: str) -> str:
+    """The first Dict key of a leaf's path ``['mission']...``."""
+    return path[2 : path.index("']")] if path.startswith("['") else path
+
+
+class FlatObservation(gym.ObservationWrapper):
+    """One env's observations as the net is fed them (the module docstring's table): a Box of
+    one or three dimensions cast to float32 keeps its shape, everything else becomes one
+    float32 vector; Dict keys in ``drop_keys`` are left out first."""
+
+    def __init__(
+        self, env: gym.Env, drop_keys: Sequence[str] = (), env_id: str | None = None
+    ) -> None:
+        super().__init__(env)
+        self.drop_keys = tuple(drop_keys)
+        self.source = self.env.observation_space
+        self.kept = _kept_space(self.source, self.drop_keys, env_id)
+        kept = self.kept
+        if isinstance(kept, gym.spaces.Box) and len(kept.shape) in (1, 3):
+            self.shape: tuple[int, ...] | None = tuple(kept.shape)  # keeps its shape: a cast
+            low, high = kept.low, kept.high
+        else:
+            self.shape = None
+            flat = gym.spaces.flatten_space(kept)
+            assert isinstance(flat, gym.spaces.Box)  # every leaf checked has a flat Box
+            low, high = flat.low, flat.high
+        scale = _scales(kept) if self.shape is None else None
+        #: 1/255 at the values of uint8 frame leaves (0-255), 1 elsewhere; None: all 1
+        self.scale = scale if scale is not None and np.any(scale != 1) else None
+        if self.scale is not None:
+            low, high = low * self.scale, high * self.scale
+        self.observation_space = gym.spaces.Box(
+            low.astype(np.float32), high.astype(np.float32), dtype=np.float32
+        )
+
+    def observation(self, observation: Any) -> np.ndarray:
+        if self.drop_keys:
+            observation = {k: v for k, v in observation.items() if k not in self.drop_keys}
+        if self.shape is not None:
+            return np.asarray(observation, np.float32)
+        flat = np.asarray(gym.spaces.flatten(self.kept, observation), np.float32)
+        if self.scale is not None:
+            flat *= self.scale
+        return flat
+
+
+def _scales(space: gym.Space) -> np.ndarray:
+    """Per value of ``space`` flattened (gymnasium's order: a Dict's and a Tuple's leaves in
+    turn): 1/255 for a uint8 Box whose values reach past 1 (frames, as a uint8 image the net
+    takes whole is scaled), else 1."""
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        subs = space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces
+        return np.concatenate([_scales(sub) for sub in subs])
+    frames = (
+        isinstance(space, gym.spaces.Box)
+        and space.dtype == np.uint8
+        and float(np.max(space.high)) > 1
+    )
+    return np.full(gym.spaces.flatdim(space), 1 / 255 if frames else 1.0, np.float32)
