@@ -12,9 +12,10 @@ space                           encoded as
 ``Discrete(n)``                 one-hot, n values
 ``MultiDiscrete(nvec)``         one-hot per dimension, side by side: sum(nvec) values
 ``MultiBinary(n)``              its n bits as 0.0 / 1.0
-``Dict``, ``Tuple``             their leaves encoded as above (an image leaf flattened, a uint8
-                                one reaching past 1 scaled to [0, 1] as a whole image is), side
-                                by side in the space's order (a Dict's keys sorted), nested too
+``Dict``, ``Tuple``             their leaves encoded as above (an image leaf flattened, its values
+                                as they are: MiniGrid's view holds small object codes, not
+                                pixels), side by side in the space's order (a Dict's keys
+                                sorted), nested too
 ==============================  =================================================================
 
 A ``Text`` leaf (MiniGrid's ``mission``) cannot be fed: name its key in ``env.drop_keys`` to
@@ -99,15 +100,18 @@ def _check_leaves(space: gym.Space, top: gym.Space, path: str, where: str) -> No
             _check_leaves(sub, top, f"{path}[{i}]", where)
         return
     leaf = f"the observation space's leaf {path} " if path else "the observation space "
-    if isinstance(space, gym.spaces.Text):
+    if isinstance(space, _LEAVES):
+        pass
+    elif path and isinstance(top, gym.spaces.Dict):
         key = _key(path)
-        hint = (
+        raise ValueError(
+            f"{where}{leaf}is {space}: it cannot be fed to the net (text, or no fixed size); "
             f"name its key in env.drop_keys to leave it out (--set 'env.drop_keys=[\"{key}\"]')"
-            if path and isinstance(top, gym.spaces.Dict)
-            else "wrap the env to drop or encode it"
         )
-        raise ValueError(f"{where}{leaf}is {space}: text cannot be fed to the net; {hint}")
-    if not isinstance(space, _LEAVES):
+    elif isinstance(space, gym.spaces.Text):
+        raise ValueError(f"{where}{leaf}is {space}: text cannot be fed to the net; wrap the env "
+                         "to drop or encode it")  # fmt: skip
+    else:
         raise ValueError(
             f"{where}{leaf}is {space}: expected Box, Discrete, MultiDiscrete, MultiBinary, or a "
             "Dict or Tuple of those (a space without a fixed size cannot be fed to the net)"
@@ -146,11 +150,6 @@ class FlatObservation(gym.ObservationWrapper):
             flat = gym.spaces.flatten_space(kept)
             assert isinstance(flat, gym.spaces.Box)  # every leaf checked has a flat Box
             low, high = flat.low, flat.high
-        scale = _scales(kept) if self.shape is None else None
-        #: 1/255 at the values of uint8 frame leaves (0-255), 1 elsewhere; None: all 1
-        self.scale = scale if scale is not None and np.any(scale != 1) else None
-        if self.scale is not None:
-            low, high = low * self.scale, high * self.scale
         self.observation_space = gym.spaces.Box(
             low.astype(np.float32), high.astype(np.float32), dtype=np.float32
         )
@@ -160,22 +159,4 @@ class FlatObservation(gym.ObservationWrapper):
             observation = {k: v for k, v in observation.items() if k not in self.drop_keys}
         if self.shape is not None:
             return np.asarray(observation, np.float32)
-        flat = np.asarray(gym.spaces.flatten(self.kept, observation), np.float32)
-        if self.scale is not None:
-            flat *= self.scale
-        return flat
-
-
-def _scales(space: gym.Space) -> np.ndarray:
-    """Per value of ``space`` flattened (gymnasium's order: a Dict's and a Tuple's leaves in
-    turn): 1/255 for a uint8 Box whose values reach past 1 (frames, as a uint8 image the net
-    takes whole is scaled), else 1."""
-    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
-        subs = space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces
-        return np.concatenate([_scales(sub) for sub in subs])
-    frames = (
-        isinstance(space, gym.spaces.Box)
-        and space.dtype == np.uint8
-        and float(np.max(space.high)) > 1
-    )
-    return np.full(gym.spaces.flatdim(space), 1 / 255 if frames else 1.0, np.float32)
+        return np.asarray(gym.spaces.flatten(self.kept, observation), np.float32)

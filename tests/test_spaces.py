@@ -84,6 +84,8 @@ MISSION = Dict({"image": Box(0, 255, (3, 3, 2), np.uint8), "direction": Discrete
     ("space", "drop", "match"),
     [
         (MISSION, (), r"leaf \['mission'\] is Text.*env.drop_keys=\[\"mission\"\]"),
+        (Dict({"goal": Dict({"s": gym.spaces.Sequence(Discrete(2))})}), (),
+         r"leaf \['goal'\]\['s'\] is Sequence.*env.drop_keys=\[\"goal\"\]"),
         (gym.spaces.Text(5), (), "text cannot be fed to the net; wrap the env"),
         (Tuple([Discrete(2), gym.spaces.Sequence(Discrete(2))]), (), r"leaf \[1\] is Sequence"),
         (gym.spaces.Graph(Box(0, 1, (2,)), None), (), "without a fixed size"),
@@ -104,13 +106,13 @@ def test_dropped_keys_are_left_out() -> None:
     assert env.observation_space.shape == (4 + 18,)
     got, _ = env.reset()
     np.testing.assert_array_equal(got[:4], [0, 0, 0, 1])  # "direction" sorts before "image"
-    assert np.all(got[4:] == np.float32(1 / 255))  # a uint8 frame leaf, scaled as frames are
-    assert env.observation_space.high[4] == np.float32(1.0)
+    assert np.all(got[4:] == 1)  # a uint8 leaf's values as they are (MiniGrid: object codes)
+    assert env.observation_space.high[4] == np.float32(255.0)
 
 
 class DictEnv(gym.Env):
     """A Dict observation whose two leaves together say which action pays: the image's
-    bright column (left or right) when the flag is 1, the other one when it is 0; and a mission
+    marked column (left or right) when the flag is 1, the other one when it is 0; and a mission
     text to drop."""
 
     observation_space = Dict({"image": Box(0, 255, (3, 4, 1), np.uint8), "flag": Discrete(2),
@@ -125,7 +127,7 @@ class DictEnv(gym.Env):
     def _draw(self):
         self.side, self.flag = self.np_random.integers(0, 2, 2)
         image = np.zeros((3, 4, 1), np.uint8)
-        image[:, 3 * self.side] = 255
+        image[:, 3 * self.side] = 5  # an object code, as MiniGrid's view holds
         return {"image": image, "flag": int(self.flag), "mission": "pick"}
 
     def step(self, action):
