@@ -73,8 +73,9 @@ def random_params(net: Net, seed: int) -> np.ndarray:
     for _name, role, offset, shape, _index, _in_head in net.param_info:
         size = math.prod(shape)
         fan_in = math.prod(shape[:-1]) if role == "weight" else 1
-        std = {"weight": 1.0 / math.sqrt(fan_in), "bias": 0.3, "log_std": 0.5}[role]
-        params[offset : offset + size] = rng.normal(0.0, std, size)
+        std = {"weight": 1.0 / math.sqrt(fan_in), "bias": 0.3, "log_std": 0.5, "gain": 0.5}[role]
+        mean = 1.0 if role == "gain" else 0.0
+        params[offset : offset + size] = rng.normal(mean, std, size)
     return params
 
 
