@@ -375,3 +375,23 @@ def test_thread_pool_split_matches_the_whole_call(threads: int) -> None:
     assert_same_output(out2, out1)
     assert_same_gradient(g2, g1)
     assert math.isfinite(float(np.abs(g2).sum()))
+
+
+def test_forward_matches_torch_where_torch_is_installed() -> None:
+    """The IMPALA ResNet and a pre-norm MLP block against torch's modules (nn.MaxPool2d,
+    nn.LayerNorm, a residual add) holding the same weights: the benchmark's twins."""
+    torch = pytest.importorskip("torch")
+    from rlpar.bench.twins import check_twin, torch_input, torch_twin
+
+    specs = [
+        rlpar.impala_cnn_spec((12, 11, 3), HEADS, channels=(6, 8), hidden=16),
+        NetSpec((6,), [Linear(8), Residual([LayerNorm(), Linear(8), ReLU()]), Tanh()], HEADS),
+    ]
+    for spec in specs:
+        net = Net(spec)
+        params = random_params(net, 3)
+        obs = random_obs(spec, 5, 4)
+        with torch.no_grad():
+            got = torch_twin(net, params, torch)(torch_input(net, obs, torch)).numpy()
+        check_twin("torch", got, net.forward(params, obs))
+        np.testing.assert_allclose(got, net.forward(params, obs), rtol=1e-4, atol=1e-4)
