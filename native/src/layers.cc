@@ -508,20 +508,27 @@ void maxpool2d_forward(float* y, const float* x, int64_t batch, const ConvShape&
 void maxpool2d_backward(float* dx, const float* dy, const float* x, int64_t batch,
                         const ConvShape& s) {
   std::memset(dx, 0, sizeof(float) * batch * s.h * s.w * s.c);
+  constexpr int64_t kBlock = 64;  // channels whose maxima are tracked at once, innermost
   each_window(s, batch, [&](int64_t b, int64_t o, int64_t y0, int64_t y1, int64_t x0, int64_t x1) {
     const float* xb = x + b * s.h * s.w * s.c;
     float* dxb = dx + b * s.h * s.w * s.c;
     const float* g = dy + o * s.c;
-    for (int64_t ch = 0; ch < s.c; ++ch) {
-      // The forward's scan, so the argmax is the input the forward returned.
-      int64_t arg = y0 * s.w * s.c + x0 * s.c + ch;
+    for (int64_t c0 = 0; c0 < s.c; c0 += kBlock) {
+      const int64_t n = std::min(kBlock, s.c - c0);
+      // The forward's scan, so each argmax is the input the forward returned.
+      float m[kBlock];
+      int64_t arg[kBlock];
+      const int64_t first = (y0 * s.w + x0) * s.c + c0;
+      for (int64_t ch = 0; ch < n; ++ch) m[ch] = xb[first + ch], arg[ch] = first + ch;
       for (int64_t iy = y0; iy < y1; ++iy) {
         for (int64_t ix = x0; ix < x1; ++ix) {
-          const int64_t i = (iy * s.w + ix) * s.c + ch;
-          if (beats(xb[i], xb[arg])) arg = i;
+          const int64_t at = (iy * s.w + ix) * s.c + c0;
+          for (int64_t ch = 0; ch < n; ++ch) {
+            if (beats(xb[at + ch], m[ch])) m[ch] = xb[at + ch], arg[ch] = at + ch;
+          }
         }
       }
-      dxb[arg] += g[ch];
+      for (int64_t ch = 0; ch < n; ++ch) dxb[arg[ch]] += g[c0 + ch];
     }
   });
 }
