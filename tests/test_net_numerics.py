@@ -360,6 +360,18 @@ TRAILING_ZERO_NETS = {
         rlpar.conv_spec((10, 10, 4), [Categorical(6), Value()], convs=((16, 3, 1),), hidden=128)
     ),
     "gaussian": lambda: Net(rlpar.mlp_spec(5, [Gaussian(2), Value()], hidden=(16,))),
+    # Residual blocks keep their skip gradients and LayerNorm its statistics for the kept rows.
+    "impala_cnn_layernorm": lambda: Net(
+        NetSpec(
+            (10, 10, 4),
+            [
+                *rlpar.impala_cnn_spec((10, 10, 4), [Value()], channels=(8,), hidden=16).layers,
+                rlpar.LayerNorm(),
+            ],
+            [Categorical(6), Value()],
+            input_dtype="uint8",
+        )
+    ),
 }
 
 
