@@ -23,10 +23,16 @@ class NetConfig:
     """MLP torso widths for vector observations."""
     activation: str = "tanh"
     """MLP activation: "tanh" or "relu"."""
+    torso: str = "conv"
+    """Torso for image observations: "conv" (the layers of `conv`, a ReLU after each) or
+    "impala_cnn" (the IMPALA paper's residual net, rlpar.impala_cnn_spec, with the channels of
+    `impala_channels`)."""
     conv: tuple[tuple[int, int, int], ...] = ((16, 3, 1),)
     """Conv torso for image observations: (out_channels, kernel, stride) per layer."""
+    impala_channels: tuple[int, ...] = (16, 32, 32)
+    """Channels of each section (conv, max-pool, two residual blocks) of the "impala_cnn" torso."""
     conv_hidden: int = 128
-    """Width of the Linear layer after the conv torso."""
+    """Width of the Linear layer after the conv torso (either kind)."""
     init_log_std: float = 0.0
     """Initial log standard deviation of a Gaussian policy."""
     lstm: int = 0
@@ -53,6 +59,13 @@ class NetConfig:
                 "lstm_matmul: 'bf16x3' needs Intel AMX-BF16 tiles (Xeon Sapphire Rapids or "
                 "newer, Linux 5.16+), and this CPU or OS has none (or RLPAR_DISABLE_AMX is set): "
                 "use 'float32'"
+            )
+        if self.torso not in ("conv", "impala_cnn"):
+            raise rlpar.ConfigError(f"torso: expected 'conv' or 'impala_cnn', got {self.torso!r}")
+        if not self.impala_channels or min(self.impala_channels) < 1:
+            raise rlpar.ConfigError(
+                "impala_channels: expected a non-empty list of integers >= 1, "
+                f"got {list(self.impala_channels)!r}"
             )
         if self.activation not in ("tanh", "relu"):
             raise rlpar.ConfigError(
@@ -86,11 +99,19 @@ def _torso_spec(obs_space: gym.Space, action_space: gym.Space, cfg: NetConfig) -
         activation: Literal["tanh", "relu"] = "tanh" if cfg.activation == "tanh" else "relu"
         return rlpar.mlp_spec(shape[0], heads, hidden=cfg.hidden, activation=activation)
     if len(shape) == 3:
+        frames = obs_space.dtype == np.uint8 and float(np.max(obs_space.high)) > 1
+        if cfg.torso == "impala_cnn":
+            return rlpar.impala_cnn_spec(
+                (shape[0], shape[1], shape[2]),
+                heads,
+                channels=cfg.impala_channels,
+                hidden=cfg.conv_hidden,
+                input_scale=1 / 255 if frames else 1.0,
+            )
         layers: list = []
         for oc, k, s in cfg.conv:
             layers += [rlpar.Conv2d(oc, k, s), rlpar.ReLU()]
         layers += [rlpar.Flatten(), rlpar.Linear(cfg.conv_hidden), rlpar.ReLU()]
-        frames = obs_space.dtype == np.uint8 and float(np.max(obs_space.high)) > 1
         return rlpar.NetSpec(
             input_shape=shape,
             layers=layers,

@@ -2,8 +2,9 @@
 
 Public API (everything a user or a plug-in agent needs is importable from here):
 
-- nets: `NetSpec`, layers `Linear`, `Conv2d`, `ReLU`, `Tanh`, `Flatten`, `PyLayer`, heads
-  `Categorical`, `Value`, `Gaussian`, helpers `mlp_spec`, `conv_spec`, and `Net`;
+- nets: `NetSpec`, layers `Linear`, `Conv2d`, `ReLU`, `Tanh`, `Flatten`, `MaxPool2d`,
+  `LayerNorm`, `Residual`, `PyLayer`, heads `Categorical`, `Value`, `Gaussian`, helpers
+  `mlp_spec`, `conv_spec`, `impala_cnn_spec`, and `Net`;
 - optimizers: `SGD`, `RMSProp`, `Adam`, `clip_grad_norm`, `global_norm`,
   `skip_nonfinite_step` (skip and count a step whose gradient is NaN/inf);
 - parameter snapshots: `SnapshotStore`, `Snapshot`;
@@ -66,11 +67,14 @@ from rlpar.nn import (
     Conv2d,
     Flatten,
     Gaussian,
+    LayerNorm,
     Linear,
+    MaxPool2d,
     Net,
     NetSpec,
     PyLayer,
     ReLU,
+    Residual,
     Tanh,
     Tape,
     Value,
@@ -78,6 +82,7 @@ from rlpar.nn import (
     conv_spec,
     gil_calibration,
     gil_release_threshold,
+    impala_cnn_spec,
     mlp_spec,
     set_gil_release_threshold,
 )
@@ -113,10 +118,12 @@ __all__ = [
     "Evaluation",
     "Flatten",
     "Gaussian",
+    "LayerNorm",
     "LearnerState",
     "Linear",
     "Loss",
     "LossOptions",
+    "MaxPool2d",
     "NativeLearn",
     "NativeLoss",
     "Net",
@@ -127,6 +134,7 @@ __all__ = [
     "PyLayer",
     "RMSProp",
     "ReLU",
+    "Residual",
     "Rollout",
     "RunResult",
     "Runner",
@@ -151,6 +159,7 @@ __all__ = [
     "gil_calibration",
     "gil_release_threshold",
     "global_norm",
+    "impala_cnn_spec",
     "learner_split",
     "loss_gradient",
     "make_agent",

@@ -39,7 +39,13 @@ class LayerSpec:
     def flatten() -> LayerSpec:
         ...
     @staticmethod
+    def layernorm(features: typing.SupportsInt | typing.SupportsIndex = 0) -> LayerSpec:
+        ...
+    @staticmethod
     def linear(out_features: typing.SupportsInt | typing.SupportsIndex) -> LayerSpec:
+        ...
+    @staticmethod
+    def maxpool2d(kernel: typing.SupportsInt | typing.SupportsIndex, stride: typing.SupportsInt | typing.SupportsIndex, padding: typing.SupportsInt | typing.SupportsIndex) -> LayerSpec:
         ...
     @staticmethod
     def python(layer: typing.Any) -> LayerSpec:
@@ -50,9 +56,15 @@ class LayerSpec:
     def relu() -> LayerSpec:
         ...
     @staticmethod
+    def residual(body: collections.abc.Sequence[LayerSpec]) -> LayerSpec:
+        ...
+    @staticmethod
     def tanh() -> LayerSpec:
         ...
     def __repr__(self) -> str:
+        ...
+    @property
+    def body(self) -> list[LayerSpec]:
         ...
     @property
     def kernel(self) -> int:

@@ -45,11 +45,14 @@ __all__ = [
     "Gaussian",
     "Head",
     "Layer",
+    "LayerNorm",
     "Linear",
+    "MaxPool2d",
     "Net",
     "NetSpec",
     "PyLayer",
     "ReLU",
+    "Residual",
     "Tanh",
     "Tape",
     "Value",
@@ -57,6 +60,7 @@ __all__ = [
     "conv_spec",
     "gil_calibration",
     "gil_release_threshold",
+    "impala_cnn_spec",
     "mlp_spec",
     "set_gil_release_threshold",
 ]
@@ -173,7 +177,79 @@ class PyLayer:
         raise NotImplementedError
 
 
-Layer = Linear | Conv2d | ReLU | Tanh | Flatten | PyLayer
+@dataclass(frozen=True)
+class MaxPool2d:
+    """Max pooling, channels last: ``[B, H, W, C] -> [B, OH, OW, C]``, no parameters.
+
+    Square ``kernel`` windows every ``stride`` pixels (default: ``kernel``); ``padding`` pixels
+    on each side count as -inf, so they never win (as ``torch.nn.MaxPool2d``; ``padding <=
+    kernel // 2``). The gradient goes to each window's maximum; on ties to the first one in
+    row-major order within the window, as torch's CPU kernel does.
+    """
+
+    kernel: int
+    stride: int | None = None
+    padding: int = 0
+
+    def __post_init__(self) -> None:
+        check_int("MaxPool2d.kernel", self.kernel, minimum=1)
+        if self.stride is None:
+            object.__setattr__(self, "stride", self.kernel)
+        check_int("MaxPool2d.stride", self.stride, minimum=1)
+        check_int("MaxPool2d.padding", self.padding, minimum=0)
+        if 2 * self.padding > self.kernel:
+            raise ValueError(
+                f"MaxPool2d.padding must be at most kernel // 2 = {self.kernel // 2}, "
+                f"got {self.padding}"
+            )
+
+
+@dataclass(frozen=True)
+class LayerNorm:
+    """Layer normalization over the last dimension (``torch.nn.LayerNorm(D)``, eps 1e-5).
+
+    ``y = (x - mean) / sqrt(var + eps) * weight + bias`` with the mean and (biased) variance of
+    each row's last ``D`` values: the features of ``(D,)``, the channels of each pixel of
+    ``(H, W, C)``. Parameters ``weight [D]`` (init 1) and ``bias [D]`` (init 0). ``features``:
+    the expected ``D`` (checked when the net is built), or None for whatever comes.
+    """
+
+    features: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.features is not None:
+            check_int("LayerNorm.features", self.features, minimum=2)
+
+
+@dataclass(frozen=True)
+class Residual:
+    """``y = x + body(x)``: a block whose ``body`` is a sequence of layers.
+
+    The body must output its input's shape (checked when the net is built). Its parameters are
+    named ``layers.<i>.<j>.weight`` (block ``i``, body layer ``j``) in the one flat vector.
+    Blocks nest one level: a body holds no Residual.
+    """
+
+    body: Sequence[Layer]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "body", tuple(self.body))
+        if not self.body:
+            raise ValueError("Residual needs at least one layer in its body, got none")
+        for j, layer in enumerate(self.body):
+            if isinstance(layer, Residual):
+                raise ValueError(
+                    f"Residual body layer {j} is a Residual: blocks nest one level only; "
+                    "place the blocks one after the other"
+                )
+            if not isinstance(layer, _LAYER_TYPES):
+                raise TypeError(
+                    f"Residual body layer {j} must be a layer ({_LAYER_NAMES}), "
+                    f"got {type(layer).__name__}"
+                )
+
+
+Layer = Linear | Conv2d | ReLU | Tanh | Flatten | MaxPool2d | LayerNorm | Residual | PyLayer
 
 
 @dataclass(frozen=True)
@@ -249,7 +325,8 @@ class Gaussian:
 
 Head = Categorical | Value | Gaussian
 
-_LAYER_TYPES = (Linear, Conv2d, ReLU, Tanh, Flatten, PyLayer)
+_LAYER_TYPES = (Linear, Conv2d, ReLU, Tanh, Flatten, MaxPool2d, LayerNorm, Residual, PyLayer)
+_LAYER_NAMES = "Linear, Conv2d, ReLU, Tanh, Flatten, MaxPool2d, LayerNorm, Residual or a PyLayer"
 _HEAD_TYPES = (Categorical, Value, Gaussian)
 
 
@@ -284,8 +361,7 @@ class NetSpec:
         for i, layer in enumerate(self.layers):
             if not isinstance(layer, _LAYER_TYPES):
                 raise TypeError(
-                    f"layer {i} must be one of Linear, Conv2d, ReLU, Tanh, Flatten or a PyLayer "
-                    f"subclass, got {type(layer).__name__}"
+                    f"layer {i} must be one of {_LAYER_NAMES}, got {type(layer).__name__}"
                 )
         if not self.heads:
             raise ValueError("a net needs at least one head (Categorical, Value or Gaussian)")
@@ -341,6 +417,35 @@ def conv_spec(
     return NetSpec(input_shape=tuple(frame_shape), layers=layers, heads=heads, input_dtype="uint8")
 
 
+def impala_cnn_spec(
+    frame_shape: tuple[int, int, int],
+    heads: Sequence[Head],
+    channels: Sequence[int] = (16, 32, 32),
+    hidden: int = 256,
+    input_dtype: Literal["float32", "uint8"] = "uint8",
+    input_scale: float | None = None,
+) -> NetSpec:
+    """The IMPALA paper's deep torso (Espeholt et al. 2018, "ResNet") on frames ``[H, W, C]``.
+
+    For each ``c`` in ``channels``: Conv2d(c, 3, 1, 1), MaxPool2d(3, 2, 1), then two residual
+    blocks ``x + Conv(ReLU(Conv(ReLU(x))))`` of 3x3 convs with ``c`` channels; then ReLU,
+    Flatten, Linear(hidden), ReLU and the heads.
+    """
+    layers: list[Layer] = []
+    for c in channels:
+        check_int("impala_cnn_spec.channels", c, minimum=1)
+        block = Residual([ReLU(), Conv2d(c, 3, 1, 1), ReLU(), Conv2d(c, 3, 1, 1)])
+        layers += [Conv2d(c, 3, 1, 1), MaxPool2d(3, 2, 1), block, block]
+    layers += [ReLU(), Flatten(), Linear(hidden), ReLU()]
+    return NetSpec(
+        input_shape=tuple(frame_shape),
+        layers=layers,
+        heads=heads,
+        input_dtype=input_dtype,
+        input_scale=input_scale,
+    )
+
+
 def _native_layer(layer: Layer) -> _native.LayerSpec:
     if isinstance(layer, Linear):
         return _native.LayerSpec.linear(layer.out_features)
@@ -354,7 +459,31 @@ def _native_layer(layer: Layer) -> _native.LayerSpec:
         return _native.LayerSpec.tanh()
     if isinstance(layer, Flatten):
         return _native.LayerSpec.flatten()
+    if isinstance(layer, MaxPool2d):
+        stride = layer.kernel if layer.stride is None else layer.stride
+        return _native.LayerSpec.maxpool2d(layer.kernel, stride, layer.padding)
+    if isinstance(layer, LayerNorm):
+        return _native.LayerSpec.layernorm(layer.features or 0)
+    if isinstance(layer, Residual):
+        return _native.LayerSpec.residual([_native_layer(inner) for inner in layer.body])
     return _native.LayerSpec.python(layer)
+
+
+def _run_layers(layers: Sequence[Layer]) -> list[Layer]:
+    """The layers in the order they run: each Residual's body in its place."""
+    out: list[Layer] = []
+    for layer in layers:
+        out += list(layer.body) if isinstance(layer, Residual) else [layer]
+    return out
+
+
+def _param_owner(spec: NetSpec, name: str) -> Layer:
+    """The layer of a torso parameter named ``layers.<i>.<role>`` or ``layers.<i>.<j>.<role>``."""
+    parts = name.split(".")
+    layer = spec.layers[int(parts[1])]
+    if isinstance(layer, Residual):
+        return layer.body[int(parts[2])]
+    return layer
 
 
 def _native_head(head: Head) -> _native.HeadSpec:
@@ -443,7 +572,7 @@ class Net(_native.Net):
     @property
     def has_python_layers(self) -> bool:
         """Whether a layer runs Python (a `PyLayer`): the net's calls then take the GIL."""
-        return any(isinstance(layer, PyLayer) for layer in self.spec.layers)
+        return any(isinstance(layer, PyLayer) for layer in _run_layers(self.spec.layers))
 
     @property
     def output_slices(self) -> dict[str, slice]:
@@ -504,8 +633,10 @@ class Net(_native.Net):
             size = math.prod(shape)
             if self.spec.core is not None and name.startswith("core."):
                 self._init_core(params[offset : offset + size], name, shape, self.spec.core, rng)
+            elif role == "gain":
+                params[offset : offset + size] = 1.0
             elif role == "weight":
-                owner = self.spec.heads[index] if in_head else self.spec.layers[index]
+                owner = self.spec.heads[index] if in_head else _param_owner(self.spec, name)
                 gain = getattr(owner, "init_gain", None)
                 gain = math.sqrt(2.0) if gain is None else gain
                 fan_out = shape[-1]

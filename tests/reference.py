@@ -53,8 +53,48 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int, padding: in
     return y
 
 
-def layer_forward(layer: rlpar.Layer, x: np.ndarray, w: np.ndarray | None, b: np.ndarray | None):
-    """One torso layer on a float64 batch ``x [B, *in_shape]``."""
+def maxpool2d(x: np.ndarray, kernel: int, stride: int, padding: int) -> np.ndarray:
+    """``x [B, H, W, C]`` -> ``y [B, OH, OW, C]``: the largest value of each window, the
+    ``padding`` pixels around the image counting as -inf."""
+    batch, h, wd, c = x.shape
+    xpad = np.full((batch, h + 2 * padding, wd + 2 * padding, c), -np.inf)
+    xpad[:, padding : padding + h, padding : padding + wd, :] = x
+    oh = (h + 2 * padding - kernel) // stride + 1
+    ow = (wd + 2 * padding - kernel) // stride + 1
+    y = np.empty((batch, oh, ow, c))
+    for oy in range(oh):
+        for ox in range(ow):
+            window = xpad[:, oy * stride : oy * stride + kernel, ox * stride : ox * stride + kernel]
+            y[:, oy, ox, :] = window.max(axis=(1, 2))
+    return y
+
+
+def layernorm(x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    """Each row of the last axis: ``(x - mean) / sqrt(var + eps) * gain + bias``, biased var."""
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * gain + bias
+
+
+def layer_forward(
+    layer: rlpar.Layer,
+    x: np.ndarray,
+    w: np.ndarray | None,
+    b: np.ndarray | None,
+    body_params: Sequence[tuple[np.ndarray | None, np.ndarray | None]] = (),
+):
+    """One torso layer on a float64 batch ``x [B, *in_shape]``; a Residual's body layers take
+    ``body_params[j] = (weight, bias)``."""
+    if isinstance(layer, rlpar.Residual):
+        h = x
+        for inner, (wj, bj) in zip(layer.body, body_params, strict=True):
+            h = layer_forward(inner, h, wj, bj)
+        return x + h
+    if isinstance(layer, rlpar.MaxPool2d):
+        assert layer.stride is not None
+        return maxpool2d(x, layer.kernel, layer.stride, layer.padding)
+    if isinstance(layer, rlpar.LayerNorm):
+        return layernorm(x, w, b)
     if isinstance(layer, rlpar.Linear):
         return linear(x, w, b)
     if isinstance(layer, rlpar.Conv2d):
@@ -76,7 +116,11 @@ def activations(
     x = np.asarray(obs, np.float64) * spec.scale
     acts = [x]
     for i, layer in enumerate(spec.layers):
-        x = layer_forward(layer, x, p.get(f"layers.{i}.weight"), p.get(f"layers.{i}.bias"))
+        body = [
+            (p.get(f"layers.{i}.{j}.weight"), p.get(f"layers.{i}.{j}.bias"))
+            for j in range(len(layer.body) if isinstance(layer, rlpar.Residual) else 0)
+        ]
+        x = layer_forward(layer, x, p.get(f"layers.{i}.weight"), p.get(f"layers.{i}.bias"), body)
         acts.append(x)
     return acts
 

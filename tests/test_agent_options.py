@@ -1,15 +1,19 @@
 """Options of the built-in agents: reward clipping (`reward_clip`, Atari's convention: the loss
 sees clipped rewards, exactly as if the env had returned them clipped), IMPALA's `passes`
 (several optimizer steps on one batch) and the linear learning-rate schedule
-(`optim.lr_decay_env_steps`)."""
+(`optim.lr_decay_env_steps`), and the torso an image observation gets (`net.torso`)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
 import rlpar
+
+ROOT = Path(__file__).resolve().parent.parent
 
 OBS, ACTIONS = gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(2)
 
@@ -132,3 +136,37 @@ def test_a_resumed_run_continues_the_schedule(tmp_path) -> None:
     second.run()
     assert second.state.extra["lr_schedule_env_steps"] >= 2000
     assert second.state.optimizer.lr < first.state.optimizer.lr < 1e-3
+
+
+# ----------------------------------------------------------------------------- from a config
+
+
+def test_impala_cnn_torso_trains_from_the_shipped_config() -> None:
+    """experiments/minatar_breakout_impala_cnn.toml picks the torso; a few learner steps run
+    (on rlpar's native Catch, so MinAtar need not be installed), split over 2 learner threads."""
+    from rlpar.app.experiment import load_experiment
+
+    path = (
+        Path(__file__).resolve().parent.parent / "experiments" / "minatar_breakout_impala_cnn.toml"
+    )
+    exp = load_experiment(
+        path,
+        [
+            "env.id=rlpar/Catch-v0",
+            "env.setup=none",
+            "agent.net.impala_channels=[4, 8]",
+            "agent.net.conv_hidden=32",
+            "runtime.num_actors=1",
+            "runtime.envs_per_actor=4",
+            "runtime.unroll_length=5",
+            "runtime.total_env_steps=400",
+            "runtime.learner_threads=2",
+        ],
+    )
+    agent = exp.make_agent()
+    frames = gym.spaces.Box(0, 255, (10, 10, 1), np.uint8)
+    spec = agent.net_spec(frames, gym.spaces.Discrete(3))
+    assert any(isinstance(layer, rlpar.Residual) for layer in spec.layers)
+    assert spec.layers[:2] == (rlpar.Conv2d(4, 3, 1, 1), rlpar.MaxPool2d(3, 2, 1))
+    result = rlpar.Runner(agent, exp.env, exp.runtime).run()
+    assert result.learner_steps > 0

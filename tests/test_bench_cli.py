@@ -99,8 +99,13 @@ def test_bench_net_json_has_the_documented_shape(tmp_path) -> None:
     assert_numbers(r["lstm_step_us"], lstm_impls)
     assert r["gil_release_threshold_flops"] >= 0
     conv_batches = {
-        "conv_forward_ms": {"nature": {"1", "32", "256"}},
-        "conv_train_ms": {"nature": {"32", "256"}, "minatar": {"256", "1024"}},
+        "conv_forward_ms": {"nature": {"1", "32", "256"}, "impala": {"1", "32"}},
+        "conv_train_ms": {
+            "nature": {"32", "256"},
+            "minatar": {"256", "1024"},
+            "impala": {"32"},
+            "impala_minatar": {"32", "256"},
+        },
     }
     for key, nets in conv_batches.items():
         assert set(r[key]) == set(nets)

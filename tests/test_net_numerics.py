@@ -73,8 +73,9 @@ def random_params(net: Net, seed: int) -> np.ndarray:
     for _name, role, offset, shape, _index, _in_head in net.param_info:
         size = math.prod(shape)
         fan_in = math.prod(shape[:-1]) if role == "weight" else 1
-        std = {"weight": 1.0 / math.sqrt(fan_in), "bias": 0.3, "log_std": 0.5}[role]
-        params[offset : offset + size] = rng.normal(0.0, std, size)
+        std = {"weight": 1.0 / math.sqrt(fan_in), "bias": 0.3, "log_std": 0.5, "gain": 0.5}[role]
+        mean = 1.0 if role == "gain" else 0.0
+        params[offset : offset + size] = rng.normal(mean, std, size)
     return params
 
 
@@ -359,6 +360,18 @@ TRAILING_ZERO_NETS = {
         rlpar.conv_spec((10, 10, 4), [Categorical(6), Value()], convs=((16, 3, 1),), hidden=128)
     ),
     "gaussian": lambda: Net(rlpar.mlp_spec(5, [Gaussian(2), Value()], hidden=(16,))),
+    # Residual blocks keep their skip gradients and LayerNorm its statistics for the kept rows.
+    "impala_cnn_layernorm": lambda: Net(
+        NetSpec(
+            (10, 10, 4),
+            [
+                *rlpar.impala_cnn_spec((10, 10, 4), [Value()], channels=(8,), hidden=16).layers,
+                rlpar.LayerNorm(),
+            ],
+            [Categorical(6), Value()],
+            input_dtype="uint8",
+        )
+    ),
 }
 
 

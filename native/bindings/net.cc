@@ -376,6 +376,9 @@ const char* layer_kind(rlpar::LayerKind k) {
     case rlpar::LayerKind::Tanh: return "tanh";
     case rlpar::LayerKind::Flatten: return "flatten";
     case rlpar::LayerKind::External: return "python";
+    case rlpar::LayerKind::MaxPool2d: return "maxpool2d";
+    case rlpar::LayerKind::LayerNorm: return "layernorm";
+    case rlpar::LayerKind::Residual: return "residual";
   }
   return "?";
 }
@@ -397,6 +400,16 @@ std::string layer_repr(const LayerSpec& l) {
     case rlpar::LayerKind::Conv2d:
       return "LayerSpec.conv2d(" + std::to_string(l.out_channels) + ", " + std::to_string(l.kernel) +
              ", " + std::to_string(l.stride) + ", " + std::to_string(l.padding) + ")";
+    case rlpar::LayerKind::MaxPool2d:
+      return "LayerSpec.maxpool2d(" + std::to_string(l.kernel) + ", " + std::to_string(l.stride) +
+             ", " + std::to_string(l.padding) + ")";
+    case rlpar::LayerKind::LayerNorm:
+      return "LayerSpec.layernorm(" + std::to_string(l.out_features) + ")";
+    case rlpar::LayerKind::Residual: {
+      std::string r = "LayerSpec.residual([";
+      for (size_t j = 0; j < l.body.size(); ++j) r += (j ? ", " : "") + layer_repr(l.body[j]);
+      return r + "])";
+    }
     default:
       return "LayerSpec." + kind + "()";
   }
@@ -412,6 +425,10 @@ void bind_spec(py::module_& m) {
       .def_static("relu", &LayerSpec::relu)
       .def_static("tanh", &LayerSpec::tanh)
       .def_static("flatten", &LayerSpec::flatten)
+      .def_static("maxpool2d", &LayerSpec::maxpool2d, py::arg("kernel"), py::arg("stride"),
+                  py::arg("padding"))
+      .def_static("layernorm", &LayerSpec::layernorm, py::arg("features") = 0)
+      .def_static("residual", &LayerSpec::residual, py::arg("body"))
       .def_static("python",
                   [](py::object layer) {
                     return LayerSpec::external_layer(
@@ -424,6 +441,7 @@ void bind_spec(py::module_& m) {
       .def_readonly("kernel", &LayerSpec::kernel)
       .def_readonly("stride", &LayerSpec::stride)
       .def_readonly("padding", &LayerSpec::padding)
+      .def_readonly("body", &LayerSpec::body)
       .def("__repr__", &layer_repr);
   py::class_<HeadSpec>(m, "HeadSpec", "One output head of a native NetSpec (rlpar/net.h HeadSpec).")
       .def_static("categorical", &HeadSpec::categorical, py::arg("n"))

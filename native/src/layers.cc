@@ -2,6 +2,8 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -461,6 +463,144 @@ void tanh_forward(float* y, const float* x, int64_t n) {
 void tanh_backward(float* dx, const float* dy, const float* y, int64_t n) {
   ConstArrMap Y(y, n);
   ArrMap(dx, n) = ConstArrMap(dy, n) * (1.0f - Y * Y);
+}
+
+namespace {
+// fn(b, o, y0, y1, x0, x1) for output pixel o (of all B OH OW) of sample b and the input rows
+// [y0, y1) and columns [x0, x1) its window covers, padding left out.
+template <typename Fn>
+void each_window(const ConvShape& s, int64_t batch, Fn fn) {
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t oy = 0; oy < s.oh; ++oy) {
+      const int64_t y0 = std::max<int64_t>(0, oy * s.stride - s.pad);
+      const int64_t y1 = std::min(s.h, oy * s.stride - s.pad + s.k);
+      for (int64_t ox = 0; ox < s.ow; ++ox) {
+        const int64_t x0 = std::max<int64_t>(0, ox * s.stride - s.pad);
+        const int64_t x1 = std::min(s.w, ox * s.stride - s.pad + s.k);
+        fn(b, (b * s.oh + oy) * s.ow + ox, y0, y1, x0, x1);
+      }
+    }
+  }
+}
+
+// A later value replaces the maximum only when strictly greater, or when it is the first NaN
+// (torch's rule): the first maximum in the scan wins ties.
+inline bool beats(float v, float m) { return v > m || (std::isnan(v) && !std::isnan(m)); }
+}  // namespace
+
+void maxpool2d_forward(float* y, const float* x, int64_t batch, const ConvShape& s) {
+  each_window(s, batch, [&](int64_t b, int64_t o, int64_t y0, int64_t y1, int64_t x0, int64_t x1) {
+    const float* xb = x + b * s.h * s.w * s.c;
+    float* out = y + o * s.c;
+    for (int64_t ch = 0; ch < s.c; ++ch) out[ch] = -std::numeric_limits<float>::infinity();
+    // Channels innermost (contiguous); per channel the window is scanned row-major.
+    for (int64_t iy = y0; iy < y1; ++iy) {
+      for (int64_t ix = x0; ix < x1; ++ix) {
+        const float* in = xb + (iy * s.w + ix) * s.c;
+        for (int64_t ch = 0; ch < s.c; ++ch) {
+          if (beats(in[ch], out[ch])) out[ch] = in[ch];
+        }
+      }
+    }
+  });
+}
+
+void maxpool2d_backward(float* dx, const float* dy, const float* x, int64_t batch,
+                        const ConvShape& s) {
+  std::memset(dx, 0, sizeof(float) * batch * s.h * s.w * s.c);
+  constexpr int64_t kBlock = 64;  // channels whose maxima are tracked at once, innermost
+  each_window(s, batch, [&](int64_t b, int64_t o, int64_t y0, int64_t y1, int64_t x0, int64_t x1) {
+    const float* xb = x + b * s.h * s.w * s.c;
+    float* dxb = dx + b * s.h * s.w * s.c;
+    const float* g = dy + o * s.c;
+    for (int64_t c0 = 0; c0 < s.c; c0 += kBlock) {
+      const int64_t n = std::min(kBlock, s.c - c0);
+      // The forward's scan, so each argmax is the input the forward returned.
+      float m[kBlock];
+      int64_t arg[kBlock];
+      const int64_t first = (y0 * s.w + x0) * s.c + c0;
+      for (int64_t ch = 0; ch < n; ++ch) m[ch] = xb[first + ch], arg[ch] = first + ch;
+      for (int64_t iy = y0; iy < y1; ++iy) {
+        for (int64_t ix = x0; ix < x1; ++ix) {
+          const int64_t at = (iy * s.w + ix) * s.c + c0;
+          for (int64_t ch = 0; ch < n; ++ch) {
+            if (beats(xb[at + ch], m[ch])) m[ch] = xb[at + ch], arg[ch] = at + ch;
+          }
+        }
+      }
+      for (int64_t ch = 0; ch < n; ++ch) dxb[arg[ch]] += g[c0 + ch];
+    }
+  });
+}
+
+namespace {
+// Mean and 1 / sqrt(var + eps) of one row, in double (the same floats in forward and backward).
+void row_stats(const float* x, int64_t d, float* mean, float* rstd) {
+  double sum = 0;
+  for (int64_t j = 0; j < d; ++j) sum += x[j];
+  const double mu = sum / static_cast<double>(d);
+  double sq = 0;
+  for (int64_t j = 0; j < d; ++j) sq += (x[j] - mu) * (x[j] - mu);
+  *mean = static_cast<float>(mu);
+  *rstd = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(d) + kLayerNormEps));
+}
+}  // namespace
+
+void layernorm_stats(float* stats, const float* x, int64_t n, int64_t d) {
+  for (int64_t r = 0; r < n; ++r) row_stats(x + r * d, d, stats + 2 * r, stats + 2 * r + 1);
+}
+
+void layernorm_forward(float* y, const float* x, const float* gain, const float* bias, int64_t n,
+                       int64_t d) {
+  for (int64_t r = 0; r < n; ++r) {
+    float mean, rstd;
+    row_stats(x + r * d, d, &mean, &rstd);
+    const float* xr = x + r * d;
+    float* yr = y + r * d;
+    for (int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - mean) * rstd * gain[j] + bias[j];
+  }
+}
+
+void layernorm_weight_grad(float* dgain, float* dbias, const float* dy, const float* x,
+                           const float* stats, int64_t n, int64_t d, int64_t part, int64_t parts) {
+  int64_t c0, c1;
+  split_range(d, parts, part, &c0, &c1);
+  for (int64_t r = 0; r < n; ++r) {
+    const float mean = stats[2 * r], rstd = stats[2 * r + 1];
+    const float* xr = x + r * d;
+    const float* gr = dy + r * d;
+    for (int64_t j = c0; j < c1; ++j) {
+      dgain[j] += gr[j] * ((xr[j] - mean) * rstd);
+      dbias[j] += gr[j];
+    }
+  }
+}
+
+void layernorm_data_grad(float* dx, const float* dy, const float* x, const float* gain,
+                         const float* stats, int64_t n, int64_t d) {
+  // dx = rstd (g dy - mean(g dy) - xhat mean(g dy xhat)), xhat = (x - mean) rstd.
+  for (int64_t r = 0; r < n; ++r) {
+    const float mean = stats[2 * r], rstd = stats[2 * r + 1];
+    const float* xr = x + r * d;
+    const float* gr = dy + r * d;
+    double s1 = 0, s2 = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      const double g = static_cast<double>(gr[j]) * gain[j];
+      s1 += g;
+      s2 += g * ((xr[j] - mean) * rstd);
+    }
+    const auto m1 = static_cast<float>(s1 / static_cast<double>(d));
+    const auto m2 = static_cast<float>(s2 / static_cast<double>(d));
+    float* dr = dx + r * d;
+    for (int64_t j = 0; j < d; ++j) {
+      const float xhat = (xr[j] - mean) * rstd;
+      dr[j] = rstd * (gr[j] * gain[j] - m1 - xhat * m2);
+    }
+  }
+}
+
+void add_forward(float* y, const float* x, const float* skip, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] + skip[i];
 }
 
 }  // namespace rlpar::layers

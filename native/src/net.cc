@@ -82,6 +82,26 @@ LayerSpec LayerSpec::external_layer(std::shared_ptr<ExternalLayer> layer) {
   l.external = std::move(layer);
   return l;
 }
+LayerSpec LayerSpec::maxpool2d(int64_t kernel, int64_t stride, int64_t padding) {
+  LayerSpec l;
+  l.kind = LayerKind::MaxPool2d;
+  l.kernel = kernel;
+  l.stride = stride;
+  l.padding = padding;
+  return l;
+}
+LayerSpec LayerSpec::layernorm(int64_t features) {
+  LayerSpec l;
+  l.kind = LayerKind::LayerNorm;
+  l.out_features = features;
+  return l;
+}
+LayerSpec LayerSpec::residual(std::vector<LayerSpec> body) {
+  LayerSpec l;
+  l.kind = LayerKind::Residual;
+  l.body = std::move(body);
+  return l;
+}
 HeadSpec HeadSpec::categorical(int64_t n) { return {HeadKind::Categorical, n}; }
 HeadSpec HeadSpec::value() { return {HeadKind::Value, 1}; }
 HeadSpec HeadSpec::gaussian(int64_t n) { return {HeadKind::Gaussian, n}; }
@@ -114,6 +134,9 @@ const char* kind_name(LayerKind k) {
     case LayerKind::Tanh: return "tanh";
     case LayerKind::Flatten: return "flatten";
     case LayerKind::External: return "python layer";
+    case LayerKind::MaxPool2d: return "maxpool2d";
+    case LayerKind::LayerNorm: return "layernorm";
+    case LayerKind::Residual: return "residual";
   }
   return "?";
 }
@@ -231,6 +254,10 @@ struct Net::Layer {
   // layer then shares its output (its backward still reads that output as y).
   bool relu_epilogue = false, fused_into_previous = false;
   std::shared_ptr<ExternalLayer> external;
+  // This layer's input is also a Residual's skip input: kept intact (no ReLU fused into the
+  // layer before it), and its gradient gets the skip's added.
+  bool block_start = false;
+  size_t skip = 0;  // Residual (the add): activation index of the skip input
 };
 
 // Workspace slot numbers: 0..L activations (slot i = output of layer i-1), then scratch.
@@ -261,15 +288,19 @@ Net::Net(NetSpec spec)
   check_input();
   Shape cur = spec_.input_shape;
   for (size_t i = 0; i < spec_.layers.size(); ++i) {
-    Layer L = build_layer(i, cur);
-    shapes_.push_back(cur);
-    cur = L.out;
-    layers_.push_back(std::move(L));
+    const LayerSpec& ls = spec_.layers[i];
+    const std::string where = "layer " + std::to_string(i) + " (" + kind_name(ls.kind) + ")";
+    if (ls.kind == LayerKind::Residual) {
+      add_residual(ls, i, where, cur);
+    } else {
+      add_layer(ls, i, "layers." + std::to_string(i) + ".", where, cur);
+    }
   }
   shapes_.push_back(cur);
   for (size_t i = 1; i < layers_.size(); ++i) {
     const LayerKind prev = layers_[i - 1].kind;
-    if (layers_[i].kind == LayerKind::ReLU &&
+    // A ReLU whose input is a skip input must not overwrite it in the layer before.
+    if (layers_[i].kind == LayerKind::ReLU && !layers_[i].block_start &&
         (prev == LayerKind::Conv2d || prev == LayerKind::Linear)) {
       layers_[i - 1].relu_epilogue = true;
       layers_[i].fused_into_previous = true;
@@ -329,19 +360,64 @@ int64_t Net::add_param(const std::string& name, const std::string& role, Shape s
   return p.offset;
 }
 
-Net::Layer Net::build_layer(size_t i, const Shape& in) {
-  const LayerSpec& ls = spec_.layers[i];
-  const std::string where = "layer " + std::to_string(i) + " (" + kind_name(ls.kind) + ")";
+void Net::add_layer(const LayerSpec& ls, size_t index, const std::string& prefix,
+                    const std::string& where, Shape& cur) {
+  Layer L = build_layer(ls, index, prefix, where, cur);
+  shapes_.push_back(cur);
+  cur = L.out;
+  layers_.push_back(std::move(L));
+}
+
+// A Residual runs as its body's layers, then an add of the block's input: y = x + body(x).
+void Net::add_residual(const LayerSpec& ls, size_t index, const std::string& where, Shape& cur) {
+  if (ls.body.empty()) fail(where + " needs at least one layer in its body, got none");
+  const Shape in = cur;
+  const size_t start = layers_.size();
+  for (size_t j = 0; j < ls.body.size(); ++j) {
+    const LayerSpec& inner = ls.body[j];
+    const std::string inner_where = where + " body layer " + std::to_string(j) + " (" +
+                                    kind_name(inner.kind) + ")";
+    if (inner.kind == LayerKind::Residual) {
+      fail(inner_where + ": residual blocks nest one level only (a body holds no Residual); "
+           "place the blocks one after the other");
+    }
+    add_layer(inner, index, "layers." + std::to_string(index) + "." + std::to_string(j) + ".",
+              inner_where, cur);
+  }
+  if (cur != in) {
+    fail(where + " must output its input's shape " + shape_str(in) +
+         " (y = x + body(x)), but its body outputs " + shape_str(cur));
+  }
+  layers_[start].block_start = true;
+  Layer add;
+  add.kind = LayerKind::Residual;
+  add.in = add.out = in;
+  add.skip = start;
+  flops_per_sample_ += static_cast<double>(shape_numel(in));
+  shapes_.push_back(in);
+  layers_.push_back(std::move(add));
+}
+
+Net::Layer Net::build_layer(const LayerSpec& ls, size_t index, const std::string& prefix,
+                            const std::string& where, const Shape& in) {
   Layer L;
   L.kind = ls.kind;
   L.in = in;
   switch (ls.kind) {
     case LayerKind::Linear:
-      build_linear(L, i, where);
+      build_linear(L, ls, index, prefix, where);
       break;
     case LayerKind::Conv2d:
-      build_conv(L, i, where);
+      build_conv(L, ls, index, prefix, where);
       break;
+    case LayerKind::MaxPool2d:
+      build_pool(L, ls, where);
+      break;
+    case LayerKind::LayerNorm:
+      build_layernorm(L, ls, index, prefix, where);
+      break;
+    case LayerKind::Residual:
+      fail(where + " is a residual block, which cannot appear here");
     case LayerKind::ReLU:
     case LayerKind::Tanh:
       L.out = in;
@@ -351,14 +427,14 @@ Net::Layer Net::build_layer(size_t i, const Shape& in) {
       L.out = {shape_numel(in)};
       break;
     case LayerKind::External:
-      build_external(L, i, where);
+      build_external(L, ls, where);
       break;
   }
   return L;
 }
 
-void Net::build_linear(Layer& L, size_t i, const std::string& where) {
-  const LayerSpec& ls = spec_.layers[i];
+void Net::build_linear(Layer& L, const LayerSpec& ls, size_t i, const std::string& prefix,
+                       const std::string& where) {
   const Shape& cur = L.in;
   if (cur.size() != 1) {
     fail(where + " expects a flat input (D,), got " + shape_str(cur) +
@@ -367,15 +443,14 @@ void Net::build_linear(Layer& L, size_t i, const std::string& where) {
   if (ls.out_features <= 0) {
     fail(where + " needs out_features >= 1, got " + std::to_string(ls.out_features));
   }
-  const std::string prefix = "layers." + std::to_string(i) + ".";
   L.out = {ls.out_features};
   L.w = add_param(prefix + "weight", "weight", {cur[0], ls.out_features}, i, false);
   L.b = add_param(prefix + "bias", "bias", {ls.out_features}, i, false);
   flops_per_sample_ += 2.0 * cur[0] * ls.out_features;
 }
 
-void Net::build_conv(Layer& L, size_t i, const std::string& where) {
-  const LayerSpec& ls = spec_.layers[i];
+void Net::build_conv(Layer& L, const LayerSpec& ls, size_t i, const std::string& prefix,
+                     const std::string& where) {
   const Shape& cur = L.in;
   if (cur.size() != 3) fail(where + " expects an image input (H, W, C), got " + shape_str(cur));
   if (ls.out_channels <= 0 || ls.kernel <= 0 || ls.stride <= 0 || ls.padding < 0) {
@@ -391,7 +466,6 @@ void Net::build_conv(Layer& L, size_t i, const std::string& where) {
          std::to_string(ls.stride) + ", padding " + std::to_string(ls.padding) + " on input " +
          shape_str(cur) + " would have an empty output");
   }
-  const std::string prefix = "layers." + std::to_string(i) + ".";
   L.conv = {cur[0], cur[1], cur[2], oh, ow, ls.out_channels, ls.kernel, ls.stride, ls.padding};
   L.out = {oh, ow, ls.out_channels};
   L.w = add_param(prefix + "weight", "weight", {ls.kernel, ls.kernel, cur[2], ls.out_channels}, i,
@@ -400,8 +474,44 @@ void Net::build_conv(Layer& L, size_t i, const std::string& where) {
   flops_per_sample_ += 2.0 * oh * ow * L.conv.patch() * ls.out_channels;
 }
 
-void Net::build_external(Layer& L, size_t i, const std::string& where) {
-  const LayerSpec& ls = spec_.layers[i];
+void Net::build_pool(Layer& L, const LayerSpec& ls, const std::string& where) {
+  const Shape& cur = L.in;
+  if (cur.size() != 3) fail(where + " expects an image input (H, W, C), got " + shape_str(cur));
+  if (ls.kernel <= 0 || ls.stride <= 0 || ls.padding < 0 || 2 * ls.padding > ls.kernel) {
+    fail(where + " needs kernel, stride >= 1 and 0 <= padding <= kernel / 2, got kernel=" +
+         std::to_string(ls.kernel) + " stride=" + std::to_string(ls.stride) +
+         " padding=" + std::to_string(ls.padding));
+  }
+  const int64_t oh = layers::conv_out_size(cur[0], ls.kernel, ls.stride, ls.padding);
+  const int64_t ow = layers::conv_out_size(cur[1], ls.kernel, ls.stride, ls.padding);
+  if (oh <= 0 || ow <= 0) {
+    fail(where + ": kernel " + std::to_string(ls.kernel) + " is larger than the input " +
+         shape_str(cur) + " padded by " + std::to_string(ls.padding) + " on each side");
+  }
+  L.conv = {cur[0], cur[1], cur[2], oh, ow, cur[2], ls.kernel, ls.stride, ls.padding};
+  L.out = {oh, ow, cur[2]};
+  flops_per_sample_ += static_cast<double>(oh * ow * cur[2] * ls.kernel * ls.kernel);
+}
+
+void Net::build_layernorm(Layer& L, const LayerSpec& ls, size_t i, const std::string& prefix,
+                          const std::string& where) {
+  const Shape& cur = L.in;
+  const int64_t d = cur.back();
+  if (ls.out_features < 0 || (ls.out_features > 0 && ls.out_features != d)) {
+    fail(where + " normalizes the last dimension, of size " + std::to_string(ls.out_features) +
+         " as declared, but its input is " + shape_str(cur));
+  }
+  if (d < 2) {
+    fail(where + " needs at least 2 features in the last dimension to normalize, got input " +
+         shape_str(cur));
+  }
+  L.out = cur;
+  L.w = add_param(prefix + "weight", "gain", {d}, i, false);
+  L.b = add_param(prefix + "bias", "bias", {d}, i, false);
+  flops_per_sample_ += 8.0 * static_cast<double>(shape_numel(cur));
+}
+
+void Net::build_external(Layer& L, const LayerSpec& ls, const std::string& where) {
   if (!ls.external) fail(where + " has no implementation");
   const Shape os = ls.external->output_shape(L.in);
   if (os.empty() || std::any_of(os.begin(), os.end(), [](int64_t d) { return d <= 0; })) {
@@ -457,7 +567,8 @@ namespace {
 // of a split Linear backward (torso_backward; the LSTM's backward uses kDxPanels before it),
 // then the torso parts' scratch.
 enum : size_t { kCoreH = 0, kCoreGates, kCoreHPrev, kCoreCPrev, kCoreC, kCoreTanhC, kCoreResets,
-                kCoreDGates, kCoreDState, kCoreAmxA, kCoreAmxB, kDxPanels, kDyPanels, kCoreSlots };
+                kCoreDGates, kCoreDState, kCoreAmxA, kCoreAmxB, kDxPanels, kDyPanels,
+                kSkipGrad, kNormStats, kCoreSlots };
 
 // A part gets at least this much work (flops, ~0.1 ms): waking the workers costs microseconds,
 // so splitting a small batch costs more than it saves (measured: an MLP learner step of
@@ -607,6 +718,16 @@ void Net::torso_rows(const float* params, const void* input, Workspace& ws, int6
         break;
       case LayerKind::External:
         l.external->forward(x, l.in, y, l.out, rows);
+        break;
+      case LayerKind::MaxPool2d:
+        layers::maxpool2d_forward(y, x, rows, l.conv);
+        break;
+      case LayerKind::LayerNorm:
+        layers::layernorm_forward(y, x, params + l.w, params + l.b, n_out / l.in.back(),
+                                  l.in.back());
+        break;
+      case LayerKind::Residual:
+        layers::add_forward(y, x, ws.act[l.skip] + r0 * shape_numel(l.in), n_out);
         break;
       case LayerKind::Flatten:
         break;
@@ -807,18 +928,35 @@ void Net::torso_backward(const float* params, float* dy, float* other, float* gr
                part_scratch_floats((batch + parts - 1) / parts, true), scratch);
   float* g[2] = {dy, other};
   int cur = 0;  // g[cur] holds the gradient of the current layer's output
+  // A Residual's add passes its gradient on to the body unchanged (same memory, as a Flatten),
+  // and keeps a copy here until the backward reaches the block's input, where it is added.
+  float* skip_grad = nullptr;
   for (size_t k = layers_.size(); k-- > 0;) {
     const Layer& l = layers_[k];
+    if (k + 1 < layers_.size() && layers_[k + 1].block_start) {
+      const int64_t n = batch * shape_numel(l.out);
+      for (int64_t i = 0; i < n; ++i) g[cur][i] += skip_grad[i];
+    }
     if (l.kind == LayerKind::Flatten) continue;  // same memory, same gradient
+    if (l.kind == LayerKind::Residual) {
+      const int64_t n = batch * shape_numel(l.out);
+      skip_grad = ws.get(core_slot(kSkipGrad), static_cast<size_t>(n));
+      std::memcpy(skip_grad, g[cur], sizeof(float) * n);
+      continue;
+    }
     const bool need_dx = k > 0;
     // A ReLU right below a conv or linear layer (not the net's first layer) has its backward
     // in the same part, on the rows that part's data gradient just wrote: in place, while they
     // are in cache, and without a pass (and a wait for the pool) of its own. Its output is this
     // layer's input x. The same floats as the ReLU's own backward.
     // A Flatten between them shares the memory and the gradient.
+    // Not across a Residual's input: its gradient takes the skip's before the ReLU's backward.
     size_t below = k - (k > 0 ? 1 : 0);
     while (below > 0 && layers_[below].kind == LayerKind::Flatten) --below;
+    bool crosses_block = false;
+    for (size_t j = below + 1; j <= k && below < k; ++j) crosses_block |= layers_[j].block_start;
     const bool relu_below = below > 0 && below < k && layers_[below].kind == LayerKind::ReLU &&
+                            !crosses_block &&
                             (l.kind == LayerKind::Linear || l.kind == LayerKind::Conv2d);
     const int64_t out_n = shape_numel(l.out), in_n = shape_numel(l.in);
     const float* d = g[cur];
@@ -845,6 +983,19 @@ void Net::torso_backward(const float* params, float* dy, float* other, float* gr
       }
       dx_panels = wt;
       dy_panels = dyp;
+    }
+    // LayerNorm: each row's mean and 1 / std, for every part's weight-gradient slice.
+    float* norm_stats = nullptr;
+    if (l.kind == LayerKind::LayerNorm) {
+      const int64_t d = l.in.back(), per_sample = in_n / d;
+      norm_stats = ws.get(core_slot(kNormStats), static_cast<size_t>(2 * batch * per_sample));
+      auto stats = [&](int64_t p) {
+        int64_t r0, r1;
+        layers::split_range(batch, parts, p, &r0, &r1);
+        layers::layernorm_stats(norm_stats + 2 * r0 * per_sample, x + r0 * in_n,
+                                (r1 - r0) * per_sample, d);
+      };
+      run_parts(pool, parts, stats);
     }
     auto part = [&](int64_t p) {
       int64_t r0, r1;
@@ -882,7 +1033,21 @@ void Net::torso_backward(const float* params, float* dy, float* other, float* gr
                                  l.out, n);
           }
           break;
+        case LayerKind::MaxPool2d:
+          if (dx) layers::maxpool2d_backward(dx_rows, d + r0 * out_n, x + r0 * in_n, n, l.conv);
+          break;
+        case LayerKind::LayerNorm: {
+          const int64_t dim = l.in.back(), per_sample = in_n / dim;
+          layers::layernorm_weight_grad(grad + l.w, grad + l.b, d, x, norm_stats,
+                                        batch * per_sample, dim, p, parts);
+          if (dx) {
+            layers::layernorm_data_grad(dx_rows, d + r0 * out_n, x + r0 * in_n, params + l.w,
+                                        norm_stats + 2 * r0 * per_sample, n * per_sample, dim);
+          }
+          break;
+        }
         case LayerKind::Flatten:
+        case LayerKind::Residual:
           break;
       }
       if (relu_below) layers::relu_backward(dx_rows, dx_rows, x + r0 * in_n, n * in_n);

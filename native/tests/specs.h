@@ -21,4 +21,25 @@ inline rlpar::NetSpec wide_linear_spec() {
   return spec;
 }
 
+// Every kind of block the net builds beyond a plain sequence: a padded max-pool, residual blocks
+// of convs (the first opens with a ReLU right after a conv, which must not be fused into it), a
+// LayerNorm over each pixel's channels and a pre-norm residual block of linear layers.
+inline rlpar::NetSpec blocks_spec() {
+  using rlpar::HeadKind;
+  using rlpar::LayerSpec;
+  const auto conv_block = LayerSpec::residual({LayerSpec::relu(), LayerSpec::conv2d(6, 3, 1, 1),
+                                               LayerSpec::relu(), LayerSpec::conv2d(6, 3, 1, 1)});
+  rlpar::NetSpec spec;
+  spec.input_shape = {9, 9, 3};
+  spec.layers = {LayerSpec::conv2d(6, 3, 1, 1), conv_block,
+                 LayerSpec::maxpool2d(3, 2, 1), conv_block,
+                 LayerSpec::layernorm(6), LayerSpec::relu(),
+                 LayerSpec::flatten(), LayerSpec::linear(24),
+                 LayerSpec::residual({LayerSpec::layernorm(), LayerSpec::linear(24),
+                                      LayerSpec::relu()}),
+                 LayerSpec::relu()};
+  spec.heads = {{HeadKind::Categorical, 3}, {HeadKind::Value, 1}};
+  return spec;
+}
+
 }  // namespace rlpar_test

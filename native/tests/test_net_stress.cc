@@ -233,6 +233,7 @@ int main() {
   shared_net_is_deterministic_across_threads(conv_spec());
   shared_net_is_deterministic_across_threads(wide_spec());
   shared_net_is_deterministic_across_threads(wide_linear_spec());
+  shared_net_is_deterministic_across_threads(rlpar_test::blocks_spec());
   recurrent_net_is_deterministic_across_threads(false);
   if (rlpar::amx::available()) recurrent_net_is_deterministic_across_threads(true);
   learner_publishes_while_actors_infer();

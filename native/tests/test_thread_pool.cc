@@ -266,5 +266,6 @@ int main() {
   // The whole call's 150 rows read packed weight panels; parts of 75 or 50 rows packed panels,
   // of 37 the weight in place, of 21 the few-rows tiles.
   split_matches_whole("wide linear + LSTM", wide_linear_spec(), 1, 150);
+  split_matches_whole("pool, layernorm, residual blocks", rlpar_test::blocks_spec(), 1, 90);
   return rlpar_test::finish("test_thread_pool");
 }

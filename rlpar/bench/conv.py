@@ -1,10 +1,13 @@
 """The conv entries of ``rlpar bench net``: pixel torsos against torch, GFLOP/s, learner threads.
 
-Two torsos on uint8 frames, each timed side by side with a torch twin that holds the same weights
+Torsos on uint8 frames, each timed side by side with a torch twin that holds the same weights
 (one thread each, the calls taking turns):
 
 - ``nature``: 84x84x4 -> conv 32x8x8/4, 64x4x4/2, 64x3x3/1 -> Linear 512 -> 6 logits + value;
-- ``minatar``: 10x10x4 -> conv 16x3x3/1 -> Linear 128 -> 6 logits + value.
+- ``minatar``: 10x10x4 -> conv 16x3x3/1 -> Linear 128 -> 6 logits + value;
+- ``impala``: 84x84x4 -> the IMPALA ResNet (`rlpar.impala_cnn_spec`: channels 16-32-32, each
+  section conv, 3x3 max-pool stride 2, two residual blocks) -> Linear 256 -> 6 logits + value;
+- ``impala_minatar``: the same ResNet on 10x10x4.
 
 ``conv_train_ms`` times forward_train + backward from a fixed output gradient (no optimizer: the
 layers alone). ``conv_gflops`` divides the Nature torso's arithmetic by the native times and sets
@@ -32,18 +35,25 @@ from rlpar.nn import Head
 
 __all__ = ["CONV_FORWARD_BATCHES", "CONV_TRAIN_BATCHES", "bench_conv", "conv_torsos"]
 
-CONV_FORWARD_BATCHES = {"nature": (1, 32, 256)}
-CONV_TRAIN_BATCHES = {"nature": (32, 256), "minatar": (256, 1024)}
+CONV_FORWARD_BATCHES = {"nature": (1, 32, 256), "impala": (1, 32)}
+CONV_TRAIN_BATCHES = {
+    "nature": (32, 256),
+    "minatar": (256, 1024),
+    "impala": (32,),
+    "impala_minatar": (32, 256),
+}
 LEARNER_BATCH = (20, 32)  # [T, N] of the learner-step measurement
 SGEMM_SIZE = 1536
 
 
 def conv_torsos() -> dict[str, rlpar.Net]:
-    """The two benchmarked nets (6 logits + value heads)."""
+    """The benchmarked nets (6 logits + value heads)."""
     heads: list[Head] = [rlpar.Categorical(6), rlpar.Value()]
     return {
         "nature": rlpar.Net(rlpar.conv_spec((84, 84, 4), heads)),
         "minatar": rlpar.Net(rlpar.conv_spec((10, 10, 4), heads, convs=((16, 3, 1),), hidden=128)),
+        "impala": rlpar.Net(rlpar.impala_cnn_spec((84, 84, 4), heads)),
+        "impala_minatar": rlpar.Net(rlpar.impala_cnn_spec((10, 10, 4), heads)),
     }
 
 
@@ -171,9 +181,12 @@ def bench_conv(torch: Any, chunk_s: float, repeats: int, quick: bool) -> dict[st
 
     Returns::
 
-        {"conv_forward_ms": {"nature": {"native"|"torch": {"1"|"32"|"256": ms}}},
+        {"conv_forward_ms": {"nature": {"native"|"torch": {"1"|"32"|"256": ms}},
+                             "impala": {impl: {"1"|"32": ms}}},
          "conv_train_ms": {"nature": {impl: {"32"|"256": ms}},
-                           "minatar": {impl: {"256"|"1024": ms}}},
+                           "minatar": {impl: {"256"|"1024": ms}},
+                           "impala": {impl: {"32": ms}},
+                           "impala_minatar": {impl: {"32"|"256": ms}}},
          "conv_gflops": {"native": forward GFLOP/s, "native_train": ..., "sgemm_peak": ...},
          "conv_learner_threads": {"1"|"2"|"2_shards": samples/s}}
 

@@ -6,7 +6,8 @@ torch, reading the same flat parameters, and the check that a twin agrees before
   `torch_input` (NCHW float32 for image nets);
 - `check_twin`: raises when a twin's output differs from the native net's.
 
-Layers: Linear, Conv2d, ReLU, Tanh, Flatten; heads: Categorical and Value.
+Layers: Linear, Conv2d, ReLU, Tanh, Flatten (torch's twin also MaxPool2d, Residual, and LayerNorm
+on flat inputs); heads: Categorical and Value.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 import rlpar
+from rlpar.nn import Layer
 
 __all__ = ["check_twin", "numpy_forward", "torch_input", "torch_twin"]
 
@@ -92,11 +94,20 @@ def torch_twin(net: rlpar.Net, params: np.ndarray, torch):
     """A ``torch.nn.Sequential`` with the net's weights (torch layouts: NCHW, weight ``[out, in]``).
 
     Its input is ``[B, C, H, W]`` float32 for image nets (see `torch_input`), ``[B, D]`` otherwise.
+    A Residual is a module whose forward is ``x + body(x)``; a LayerNorm is covered on flat
+    inputs only (on images it normalizes channels, which torch's layout puts first).
     """
     nn = torch.nn
     views = net.param_views(params)
-    shapes = net.activation_shapes  # shapes[i]: per-sample input of layer i, channels last
-    modules = []
+    shapes = net.activation_shapes  # per-sample input of each layer as run, channels last
+
+    class Residual(nn.Module):  # type: ignore[name-defined]
+        def __init__(self, body) -> None:
+            super().__init__()
+            self.body = nn.Sequential(*body)
+
+        def forward(self, x):
+            return x + self.body(x)
 
     def load(module, w: np.ndarray, b: np.ndarray):
         with torch.no_grad():  # copies: the views are read-only
@@ -104,25 +115,40 @@ def torch_twin(net: rlpar.Net, params: np.ndarray, torch):
             module.bias.copy_(torch.tensor(b))
         return module
 
-    for i, layer in enumerate(net.spec.layers):
+    def module(layer: Layer, name: str, in_shape: tuple[int, ...], flat_from: tuple):
+        """``flat_from``: the image a Flatten right below flattened (else empty)."""
         if isinstance(layer, rlpar.Linear):
-            w, b = views[f"layers.{i}.weight"], views[f"layers.{i}.bias"]
-            if i > 0 and isinstance(net.spec.layers[i - 1], rlpar.Flatten):
-                w = _rows_nhwc_to_nchw(w, shapes[i - 1])
-            modules.append(load(nn.Linear(w.shape[0], w.shape[1]), w.T, b))
-        elif isinstance(layer, rlpar.Conv2d):
-            w, b = views[f"layers.{i}.weight"], views[f"layers.{i}.bias"]
+            w, b = views[name + "weight"], views[name + "bias"]
+            w = _rows_nhwc_to_nchw(w, flat_from)
+            return load(nn.Linear(w.shape[0], w.shape[1]), w.T, b)
+        if isinstance(layer, rlpar.Conv2d):
+            w, b = views[name + "weight"], views[name + "bias"]
             k, _, c, oc = w.shape
             conv = nn.Conv2d(c, oc, k, layer.stride, layer.padding)
-            modules.append(load(conv, w.transpose(3, 2, 0, 1), b))
-        elif isinstance(layer, rlpar.ReLU):
-            modules.append(nn.ReLU())
-        elif isinstance(layer, rlpar.Tanh):
-            modules.append(nn.Tanh())
-        elif isinstance(layer, rlpar.Flatten):
-            modules.append(nn.Flatten())
-        else:
-            raise NotImplementedError(f"no torch twin for {type(layer).__name__}")
+            return load(conv, w.transpose(3, 2, 0, 1), b)
+        if isinstance(layer, rlpar.MaxPool2d):
+            return nn.MaxPool2d(layer.kernel, layer.stride, layer.padding)
+        if isinstance(layer, rlpar.LayerNorm) and len(in_shape) == 1:
+            return load(nn.LayerNorm(in_shape[0]), views[name + "weight"], views[name + "bias"])
+        simple = {rlpar.ReLU: nn.ReLU, rlpar.Tanh: nn.Tanh, rlpar.Flatten: nn.Flatten}
+        if type(layer) in simple:
+            return simple[type(layer)]()
+        raise NotImplementedError(f"no torch twin for {type(layer).__name__} on {in_shape}")
+
+    modules = []
+    run = 0  # index of the layer as run (a Residual's body layers, then its add)
+    flat_from: tuple[int, ...] = ()  # the image a Flatten just flattened
+    for i, layer in enumerate(net.spec.layers):
+        if isinstance(layer, rlpar.Residual):
+            body = []
+            for j, inner in enumerate(layer.body):
+                body.append(module(inner, f"layers.{i}.{j}.", shapes[run + j], ()))
+            modules.append(Residual(body))
+            run += len(layer.body) + 1
+            continue
+        modules.append(module(layer, f"layers.{i}.", shapes[run], flat_from))
+        flat_from = tuple(shapes[run]) if isinstance(layer, rlpar.Flatten) else ()
+        run += 1
     head_w, head_b = _head_matrix(net, views)
     modules.append(load(nn.Linear(*head_w.shape), head_w.T, head_b))
     return nn.Sequential(*modules)

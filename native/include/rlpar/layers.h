@@ -97,4 +97,31 @@ void tanh_forward(float* y, const float* x, int64_t n);
 // dx = dy * (1 - y^2); dx may equal dy.
 void tanh_backward(float* dx, const float* dy, const float* y, int64_t n);
 
+// Max pooling, channels last: x [B, H, W, C] -> y [B, OH, OW, C] (s.oc == s.c), each output
+// the largest input of its k x k window; padded positions count as -inf (they never win), as in
+// torch.nn.MaxPool2d. A NaN in a window wins (the first one), as in torch.
+void maxpool2d_forward(float* y, const float* x, int64_t batch, const ConvShape& s);
+// dx [B, H, W, C] = 0, then each dy is added at its window's argmax: the first input (row-major
+// over the window) equal to the maximum, the index torch's CPU kernel picks on ties.
+void maxpool2d_backward(float* dx, const float* dy, const float* x, int64_t batch,
+                        const ConvShape& s);
+
+// Layer normalization over the last dimension: x [N, D] (N rows: every position of the batch),
+// y = (x - mean) / sqrt(var + eps) * gain + bias, mean and (biased) var over each row's D values.
+constexpr float kLayerNormEps = 1e-5f;
+void layernorm_forward(float* y, const float* x, const float* gain, const float* bias, int64_t n,
+                       int64_t d);
+// stats [N, 2] = (mean, 1 / sqrt(var + eps)) of each row, as layernorm_forward computes them.
+void layernorm_stats(float* stats, const float* x, int64_t n, int64_t d);
+// Part `part` of `parts` of dgain += sum_rows dy * xhat and dbias += sum_rows dy: a contiguous
+// slice of the D columns over all N rows, summed in row order (any split gives the same floats).
+void layernorm_weight_grad(float* dgain, float* dbias, const float* dy, const float* x,
+                           const float* stats, int64_t n, int64_t d, int64_t part, int64_t parts);
+// dx [N, D] of dy [N, D] (rows independent; dx may not alias dy).
+void layernorm_data_grad(float* dx, const float* dy, const float* x, const float* gain,
+                         const float* stats, int64_t n, int64_t d);
+
+// y = x + skip, elementwise (y may equal x).
+void add_forward(float* y, const float* x, const float* skip, int64_t n);
+
 }  // namespace rlpar::layers

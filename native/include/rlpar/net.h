@@ -73,17 +73,24 @@ class ExternalLayer {
                         const Shape& in_shape, const Shape& out_shape, int64_t batch) = 0;
 };
 
-enum class LayerKind { Linear, Conv2d, ReLU, Tanh, Flatten, External };
+enum class LayerKind { Linear, Conv2d, ReLU, Tanh, Flatten, External, MaxPool2d, LayerNorm, Residual };
 enum class HeadKind { Categorical, Value, Gaussian };
 
+// MaxPool2d: k x k windows of an image, padded with -inf (torch.nn.MaxPool2d; padding <= k / 2).
+// LayerNorm: normalizes the last dimension (the features of (D,), the channels of each pixel of
+// (H, W, C)) with a learned gain (init 1) and bias (init 0), eps 1e-5; out_features > 0 states
+// the size expected there (0: any).
+// Residual: y = x + body(x); the body is a sequence of layers whose output shape is its input's.
+// One level: a body holds no Residual.
 struct LayerSpec {
   LayerKind kind = LayerKind::ReLU;
-  int64_t out_features = 0;  // Linear
+  int64_t out_features = 0;  // Linear; LayerNorm: the normalized size, 0 = any
   int64_t out_channels = 0;  // Conv2d
-  int64_t kernel = 0;
+  int64_t kernel = 0;        // Conv2d, MaxPool2d
   int64_t stride = 1;
   int64_t padding = 0;
   std::shared_ptr<ExternalLayer> external;  // External
+  std::vector<LayerSpec> body;              // Residual
 
   static LayerSpec linear(int64_t out_features);
   static LayerSpec conv2d(int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding);
@@ -91,6 +98,9 @@ struct LayerSpec {
   static LayerSpec tanh();
   static LayerSpec flatten();
   static LayerSpec external_layer(std::shared_ptr<ExternalLayer> layer);
+  static LayerSpec maxpool2d(int64_t kernel, int64_t stride, int64_t padding);
+  static LayerSpec layernorm(int64_t features = 0);
+  static LayerSpec residual(std::vector<LayerSpec> body);
 };
 
 // Categorical: `size` logits. Value: one scalar (size must be 1). Gaussian: `size` means followed
@@ -138,10 +148,12 @@ struct SeqArgs {
 
 struct ParamInfo {
   std::string name;   // e.g. "layers.0.weight", "heads.1.bias", "heads.2.log_std"
-  std::string role;   // "weight", "bias" or "log_std"
+  std::string role;   // "weight", "bias", "gain" (LayerNorm) or "log_std"
   int64_t offset = 0;
   Shape shape;        // Linear weight [in, out]; conv weight [KH, KW, C, OC]
-  int64_t index = 0;  // layer index, or head index for head parameters
+  // Layer index (of spec.layers: a Residual's body layer j is named "layers.<index>.<j>."), or
+  // head index for head parameters.
+  int64_t index = 0;
   bool in_head = false;
 };
 
@@ -197,6 +209,7 @@ class Net {
   int64_t output_size() const { return output_size_; }
   const std::vector<ParamInfo>& param_info() const { return params_; }
   const std::vector<OutputInfo>& outputs() const { return outputs_; }
+  // Input shape of each layer as run (a Residual's body layers, then its add), then the features.
   const std::vector<Shape>& activation_shapes() const { return shapes_; }
   double flops_per_sample() const { return flops_per_sample_; }
   bool has_external() const { return has_external_; }
@@ -249,10 +262,19 @@ class Net {
   void check_input() const;
   int64_t add_param(const std::string& name, const std::string& role, Shape shape, int64_t index,
                     bool in_head);
-  Layer build_layer(size_t i, const Shape& in);
-  void build_linear(Layer& L, size_t i, const std::string& where);
-  void build_conv(Layer& L, size_t i, const std::string& where);
-  void build_external(Layer& L, size_t i, const std::string& where);
+  void add_layer(const LayerSpec& ls, size_t index, const std::string& prefix,
+                 const std::string& where, Shape& cur);
+  void add_residual(const LayerSpec& ls, size_t index, const std::string& where, Shape& cur);
+  Layer build_layer(const LayerSpec& ls, size_t index, const std::string& prefix,
+                    const std::string& where, const Shape& in);
+  void build_linear(Layer& L, const LayerSpec& ls, size_t index, const std::string& prefix,
+                    const std::string& where);
+  void build_conv(Layer& L, const LayerSpec& ls, size_t index, const std::string& prefix,
+                  const std::string& where);
+  void build_pool(Layer& L, const LayerSpec& ls, const std::string& where);
+  void build_layernorm(Layer& L, const LayerSpec& ls, size_t index, const std::string& prefix,
+                       const std::string& where);
+  void build_external(Layer& L, const LayerSpec& ls, const std::string& where);
   void build_core(const Shape& torso_out);
   void build_heads(const Shape& features);
   void run_forward(const float* params, const void* input, const SeqArgs& seq, float* out,
@@ -276,7 +298,7 @@ class Net {
                     float** scratch) const;
 
   NetSpec spec_;
-  std::vector<Layer> layers_;
+  std::vector<Layer> layers_;  // as run: a Residual is its body's layers, then an add
   std::vector<Shape> shapes_;  // shapes_[i] = input of layer i; shapes_.back() = features
   std::vector<ParamInfo> params_;
   std::vector<OutputInfo> outputs_;
