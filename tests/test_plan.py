@@ -8,6 +8,7 @@ import pytest
 import rlpar
 from rlpar import EnvConfig, RuntimeConfig
 from rlpar.app.cli import _train_text
+from rlpar.app.summary import TrainingSummary
 from rlpar.runtime.plan import Choice, ExecutionPlan
 
 RUNTIME = dict(num_actors=2, envs_per_actor=4, unroll_length=5, batch_rollouts=2,
@@ -54,12 +55,12 @@ def test_the_plan_follows_what_the_pieces_can_do(
 def test_the_summary_keeps_the_plan() -> None:
     runner = rlpar.Runner(rlpar.make_agent("impala"), EnvConfig("rlpar/CartPole-v1"),
                           RuntimeConfig(**RUNTIME))  # fmt: skip
-    summary = runner.run().to_dict()
-    assert summary["plan"] == {
+    result = runner.run()
+    assert result.to_dict()["plan"] == {
         "actor": {"loop": "native_loop", "reason": runner.plan.actor.reason},
         "learner": {"loop": "native_learn", "reason": runner.plan.learner.reason},
     }
-    summary["run_dir"] = "runs/x"
+    summary = TrainingSummary(name="x", result=result, target_return=None, run_dir="runs/x")
     text = _train_text(summary).splitlines()
     assert text[-1] == "plan:          actors native_loop, learner native_learn"
 

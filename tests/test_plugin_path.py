@@ -345,7 +345,7 @@ def test_the_runtime_checks_a_new_env_once(caplog, monkeypatch, tmp_path: Path) 
     from rlpar.runtime import observations
     from rlpar.runtime.envs import make_actor_envs
 
-    monkeypatch.setattr(observations, "_CHECKED", set())
+    monkeypatch.setattr(observations, "_CHECKED", {})
     module = tmp_path / "float_corridor_env.py"
     module.write_text(ENV_MODULE.replace('"corridor:Corridor"', '"float_corridor_env:Corridor"'))
     sys.path.insert(0, str(tmp_path))
