@@ -74,11 +74,19 @@ class NetConfig:
 
 
 def policy_head(action_space: gym.Space, cfg: NetConfig) -> rlpar.Categorical | rlpar.Gaussian:
-    if isinstance(action_space, gym.spaces.Discrete):
-        return rlpar.Categorical(int(action_space.n))
-    if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
-        return rlpar.Gaussian(int(action_space.shape[0]), init_log_std=cfg.init_log_std)
-    raise ValueError(f"unsupported action space {action_space}: expected Discrete or a 1-D Box")
+    """Discrete: one Categorical. MultiDiscrete, MultiBinary: sum(dims) logits, one Categorical
+    per dimension (`rlpar.categorical_dims`). A float Box of any shape: a diagonal Gaussian over
+    its elements."""
+    dims = rlpar.categorical_dims(action_space)
+    if dims is not None:
+        return rlpar.Categorical(sum(dims))
+    if isinstance(action_space, gym.spaces.Box) and np.issubdtype(action_space.dtype, np.floating):
+        size = int(np.prod(action_space.shape))
+        return rlpar.Gaussian(size, init_log_std=cfg.init_log_std)
+    raise ValueError(
+        f"unsupported action space {action_space}: expected Discrete, MultiDiscrete or "
+        "MultiBinary (one dimension of choices), or a float Box (any shape)"
+    )
 
 
 def actor_critic_spec(
@@ -127,21 +135,28 @@ def _torso_spec(obs_space: gym.Space, action_space: gym.Space, cfg: NetConfig) -
 @dataclass
 class PolicyLayout:
     """Where the policy and value live in the net's output row (and, for a Gaussian policy,
-    the action bounds its mean is kept within by `rlpar.bound_penalty`)."""
+    the action bounds its mean is kept within by `rlpar.bound_penalty`). A "multi_categorical"
+    policy has one Categorical per action dimension over ``dims`` logits each, side by side."""
 
-    kind: Literal["categorical", "gaussian"]
+    kind: Literal["categorical", "gaussian", "multi_categorical"]
     begin: int
     num_actions: int
     log_std_begin: int
     value_col: int
     low: np.ndarray | None = None
     high: np.ndarray | None = None
+    dims: tuple[int, ...] = ()
 
     @classmethod
-    def of(cls, net: rlpar.Net) -> PolicyLayout:
+    def of(cls, net: rlpar.Net, dims: tuple[int, ...] | None = None) -> PolicyLayout:
+        """The layout of ``net``'s heads; ``dims``, the action space's `rlpar.categorical_dims`,
+        makes a policy of more than one dimension "multi_categorical"."""
         cols = net.output_slices
         if "logits" in cols:
             s = cols["logits"]
+            if dims is not None and len(dims) > 1:
+                return cls("multi_categorical", s.start, s.stop - s.start, 0,
+                           cols["value"].start, dims=dims)  # fmt: skip
             return cls("categorical", s.start, s.stop - s.start, 0, cols["value"].start)
         s = cols["mean"]
         return cls(
@@ -149,22 +164,37 @@ class PolicyLayout:
         )
 
 
+def _segments(layout: PolicyLayout, out: np.ndarray) -> list[np.ndarray]:
+    """Each action dimension's logits [K, dims[d]] of a multi-categorical policy."""
+    bounds = layout.begin + np.cumsum((0, *layout.dims))
+    return [out[:, bounds[d] : bounds[d + 1]] for d in range(len(layout.dims))]
+
+
 def sample_actions(layout: PolicyLayout, out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Categorical: Gumbel-max over the logits -> int64 [K]. Gaussian: mean + std * N(0, 1)
-    -> float32 [K, A] (unclipped)."""
+    """Categorical: Gumbel-max over the logits -> int64 [K]. Multi-categorical: the same in
+    each dimension -> int64 [K, D]. Gaussian: mean + std * N(0, 1) -> float32 [K, A]
+    (unclipped)."""
     b, n = layout.begin, layout.num_actions
     if layout.kind == "categorical":
         gumbel = -np.log(-np.log(rng.random((out.shape[0], n))))
         return np.argmax(out[:, b : b + n] + gumbel, axis=1)
+    if layout.kind == "multi_categorical":
+        gumbel = -np.log(-np.log(rng.random((out.shape[0], n))))
+        noisy = out[:, b : b + n] + gumbel
+        shifted = replace(layout, begin=0)
+        return np.stack([np.argmax(g, axis=1) for g in _segments(shifted, noisy)], axis=1)
     std = np.exp(out[:, layout.log_std_begin : layout.log_std_begin + n])
     return (out[:, b : b + n] + std * rng.standard_normal((out.shape[0], n))).astype(np.float32)
 
 
 def greedy_actions(layout: PolicyLayout, out: np.ndarray) -> np.ndarray:
-    """Categorical: argmax of the logits -> int64 [K]. Gaussian: the mean -> float32 [K, A]."""
+    """Categorical: argmax of the logits -> int64 [K]. Multi-categorical: each dimension's
+    argmax -> int64 [K, D]. Gaussian: the mean -> float32 [K, A]."""
     b, n = layout.begin, layout.num_actions
     if layout.kind == "categorical":
         return np.argmax(out[:, b : b + n], axis=1)
+    if layout.kind == "multi_categorical":
+        return np.stack([np.argmax(g, axis=1) for g in _segments(layout, out)], axis=1)
     return out[:, b : b + n].astype(np.float32)
 
 
@@ -287,24 +317,27 @@ class ActorCriticAgent(rlpar.Agent):
         self.config = config
         self.loss_options: rlpar.LossOptions = config.loss_options()
         self._bounds: tuple[np.ndarray, np.ndarray] | None = None  # finite Box action bounds
+        self._dims: tuple[int, ...] | None = None  # choices per dimension of a discrete space
 
     def net_spec(self, obs_space: gym.Space, action_space: gym.Space) -> rlpar.NetSpec:
         self._bounds = None
+        self._dims = rlpar.categorical_dims(action_space)
         if isinstance(action_space, gym.spaces.Box):
-            low, high = action_space.low.astype(np.float64), action_space.high.astype(np.float64)
+            low = action_space.low.astype(np.float64).reshape(-1)
+            high = action_space.high.astype(np.float64).reshape(-1)
             if np.isfinite(low).all() and np.isfinite(high).all():
                 self._bounds = (low, high)
         return actor_critic_spec(obs_space, action_space, self.config.net)
 
     def init_state(self, net: rlpar.Net, params: np.ndarray) -> rlpar.LearnerState:
-        self.layout = PolicyLayout.of(net)
+        self.layout = PolicyLayout.of(net, self._dims)
         if self._bounds is not None:
             self.layout.low, self.layout.high = self._bounds
         self.native_sampling = self.layout.kind == "categorical"  # act() samples the softmax
         low, high = self._bounds if self._bounds is not None else (None, None)
         self.native_loss = rlpar.NativeLoss.for_net(
             net, self.native_options(), action_low=low, action_high=high,
-            bound_cost=self.config.action_bound_cost,
+            bound_cost=self.config.action_bound_cost, action_dims=self.layout.dims,
         )  # fmt: skip
         return rlpar.LearnerState(params=params, optimizer=self.config.optim.make(net.num_params))
 

@@ -7,6 +7,9 @@ Importing this package registers (once; importing again is harmless)::
     rlpar/Catch-v0      bsuite's Catch, uint8 frames [10, 10, 1], Discrete(3), 9 steps
     rlpar/MemoryChain-v0  remember a cue over 8 steps, float32 [4], Discrete(2), 10 steps (Python;
                           a feed-forward policy scores 0, a memory 1: envs/memory.py)
+    rlpar/JointReach-v0   a two-joint arm reaching a target cell: Dict(target image, joint
+                          angles), MultiDiscrete([3, 3]) joint moves, 20 steps (Python:
+                          envs/reach.py)
 
 so that both ``gymnasium.make(id)`` (one env) and ``gymnasium.make_vec(id, num_envs=K)`` (K
 envs stepped in one native call) work, and rlpar configs can name them
@@ -30,6 +33,7 @@ from .native import (
     NativeEnv,
     NativeVectorEnv,
 )
+from .reach import JointReachEnv
 
 __all__ = [
     "ENV_IDS",
@@ -40,6 +44,7 @@ __all__ = [
     "CatchEnv",
     "CatchVectorEnv",
     "CategoricalSampler",
+    "JointReachEnv",
     "MemoryChainEnv",
     "NativeEnv",
     "NativeVectorEnv",
@@ -77,6 +82,12 @@ def register_memory_envs() -> None:
             id="rlpar/MemoryChain-v0",
             entry_point=f"{__name__}.memory:MemoryChainEnv",
             reward_threshold=0.9,
+        )
+    if "rlpar/JointReach-v0" not in gymnasium.registry:
+        gymnasium.register(
+            id="rlpar/JointReach-v0",
+            entry_point=f"{__name__}.reach:JointReachEnv",
+            reward_threshold=0.7,
         )
 
 

@@ -100,6 +100,7 @@ from rlpar.registry import make_agent, register_agent, register_env, registered_
 from rlpar.runtime import Progress, Runner, RunResult
 from rlpar.runtime.evaluation import Evaluation, evaluate_policy
 from rlpar.snapshot import Snapshot, SnapshotStore
+from rlpar.spaces import categorical_dims
 from rlpar.torch_loss import TorchBatch, TorchLoss
 
 __version__ = "0.1.0"
@@ -152,6 +153,7 @@ __all__ = [
     "actor_critic_loss",
     "amx_available",
     "bound_penalty",
+    "categorical_dims",
     "check_field_types",
     "clip_grad_norm",
     "conv_spec",

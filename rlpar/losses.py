@@ -11,6 +11,7 @@ value to the native core (whose binding has no defaults), so the ones written in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -22,6 +23,10 @@ from rlpar.config import check_field_types
 if TYPE_CHECKING:
     from rlpar.data import Batch
     from rlpar.nn import Net
+
+PolicyKind = Literal["categorical", "gaussian", "multi_categorical"]
+"""A policy head: one Categorical over the logits, a diagonal Gaussian (means and log-stds),
+or one Categorical per action dimension (gymnasium's MultiDiscrete and MultiBinary)."""
 
 __all__ = [
     "LossOptions",
@@ -71,27 +76,33 @@ def actor_critic_loss(
     truncated: np.ndarray,
     mask: np.ndarray,
     *,
-    policy: Literal["categorical", "gaussian"],
+    policy: PolicyKind,
     policy_begin: int,
     num_actions: int,
     value_col: int,
     log_std_begin: int = 0,
+    action_dims: Sequence[int] = (),
     options: LossOptions | None = None,
 ) -> tuple[np.ndarray, dict[str, float]]:
     """Loss gradient ``dout`` float32 [T+1, N, O] and scalar metrics.
 
     - ``out``: float32 [T+1, N, O], the learner's outputs at x_0..x_T (row T bootstraps)
     - ``behaviour``: float32 [T, N, O], the actors' outputs (read when importance_weighting)
-    - ``actions``: int64 [T, N] (categorical) or float32 [T, N, A] (gaussian, unclipped)
+    - ``actions``: int64 [T, N] (categorical), float32 [T, N, A] (gaussian, unclipped) or
+      int64 [T, N, D] (multi_categorical: one action per dimension)
     - ``rewards``: float32 [T, N]; ``terminated``, ``truncated``, ``mask``: bool [T, N]
     - ``policy`` .. ``log_std_begin``: where the policy and the value sit in a row of ``out``
+    - ``action_dims``: "multi_categorical" only, the logits of each action dimension (D of
+      them, consecutive from ``policy_begin``, summing to ``num_actions``): one independent
+      Categorical per dimension, log-probabilities and entropies summed over dimensions
     - ``options``: `LossOptions` (None: its defaults).
     """
     options = LossOptions() if options is None else options
     return _native.actor_critic_loss(
         out, behaviour, actions, rewards, terminated, truncated, mask,
         policy=policy, policy_begin=policy_begin, num_actions=num_actions,
-        log_std_begin=log_std_begin, value_col=value_col, gamma=options.gamma,
+        log_std_begin=log_std_begin, value_col=value_col, action_dims=list(action_dims),
+        gamma=options.gamma,
         importance_weighting=options.importance_weighting, rho_bar=options.rho_bar,
         c_bar=options.c_bar, pg_rho_bar=options.pg_rho_bar, value_coef=options.baseline_cost,
         entropy_coef=options.entropy_cost,
@@ -151,11 +162,12 @@ def ppo_loss(
     truncated: np.ndarray,
     mask: np.ndarray,
     *,
-    policy: Literal["categorical", "gaussian"],
+    policy: PolicyKind,
     policy_begin: int,
     num_actions: int,
     value_col: int,
     log_std_begin: int = 0,
+    action_dims: Sequence[int] = (),
     options: PpoOptions | None = None,
     value_mean: float = 0.0,
     value_std: float = 1.0,
@@ -177,7 +189,8 @@ def ppo_loss(
     return _native.ppo_loss(
         out, behaviour, actions, rewards, terminated, truncated, mask,
         policy=policy, policy_begin=policy_begin, num_actions=num_actions,
-        log_std_begin=log_std_begin, value_col=value_col, gamma=o.gamma, rho_bar=o.rho_bar,
+        log_std_begin=log_std_begin, value_col=value_col, action_dims=list(action_dims),
+        gamma=o.gamma, rho_bar=o.rho_bar,
         c_bar=o.c_bar, value_coef=o.baseline_cost, entropy_coef=o.entropy_cost,
         clip_eps=o.clip_eps, ratio_clip=o.ratio_clip, advantage=o.advantage,
         gae_lambda=o.gae_lambda, normalize_advantages=o.normalize_advantages,
@@ -206,7 +219,7 @@ def bound_penalty(
     return loss, grad.astype(np.float32)
 
 
-_OUTPUT_NAMES = {"categorical": "logits", "gaussian": "mean"}
+_OUTPUT_NAMES = {"categorical": "logits", "gaussian": "mean", "multi_categorical": "logits"}
 
 
 class NativeLoss:
@@ -228,11 +241,12 @@ class NativeLoss:
         self,
         options: LossOptions | PpoOptions,
         *,
-        policy: Literal["categorical", "gaussian"],
+        policy: PolicyKind,
         policy_begin: int,
         num_actions: int,
         value_col: int,
         log_std_begin: int = 0,
+        action_dims: Sequence[int] = (),
         action_low: np.ndarray | None = None,
         action_high: np.ndarray | None = None,
         bound_cost: float = 0.0,
@@ -245,6 +259,7 @@ class NativeLoss:
         self.options = options
         self.policy, self.policy_begin, self.num_actions = policy, policy_begin, num_actions
         self.value_col, self.log_std_begin = value_col, log_std_begin
+        self.action_dims = tuple(int(n) for n in action_dims)
         bounded = (
             policy == "gaussian" and bound_cost > 0
             and action_low is not None and action_high is not None
@@ -281,7 +296,7 @@ class NativeLoss:
         kind = "ppo" if isinstance(options, PpoOptions) else "actor_critic"
         return _native.TrainLoss(
             kind, self.policy, self.policy_begin, self.num_actions, self.log_std_begin,
-            self.value_col, native, low, high, self.bound_cost,
+            self.value_col, list(self.action_dims), native, low, high, self.bound_cost,
         )  # fmt: skip
 
     def __getstate__(self) -> dict[str, object]:
@@ -293,6 +308,7 @@ class NativeLoss:
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("action_dims", ())
         self.native = self._make_native()
 
     @classmethod
@@ -304,24 +320,28 @@ class NativeLoss:
         action_low: np.ndarray | None = None,
         action_high: np.ndarray | None = None,
         bound_cost: float = 0.0,
+        action_dims: Sequence[int] = (),
     ) -> NativeLoss:
         """The loss on ``net``'s own policy head ("logits", or "mean" and "log_std") and
-        "value" output columns (`Net.output_slices`)."""
+        "value" output columns (`Net.output_slices`). ``action_dims``: the logits of each
+        dimension of a factorized policy over the "logits" columns (a MultiDiscrete action
+        space's ``nvec``), which makes it "multi_categorical"."""
         cols = net.output_slices
         if "value" not in cols or not ("logits" in cols or "mean" in cols):
             raise ValueError(
                 f"NativeLoss.for_net: expected a net with a Categorical or Gaussian head and a "
                 f"Value head, got outputs {sorted(cols)}"
             )
-        policy: Literal["categorical", "gaussian"] = (
-            "categorical" if "logits" in cols else "gaussian"
-        )
+        policy: PolicyKind = "categorical" if "logits" in cols else "gaussian"
+        if action_dims:
+            policy = "multi_categorical"
         head = cols[_OUTPUT_NAMES[policy]]
         return cls(
             options, policy=policy, policy_begin=head.start, num_actions=head.stop - head.start,
             value_col=cols["value"].start,
             log_std_begin=cols["log_std"].start if policy == "gaussian" else 0,
-            action_low=action_low, action_high=action_high, bound_cost=bound_cost,
+            action_dims=action_dims, action_low=action_low, action_high=action_high,
+            bound_cost=bound_cost,
         )  # fmt: skip
 
     def __call__(
@@ -339,13 +359,15 @@ class NativeLoss:
         if isinstance(self.options, PpoOptions):
             dout, metrics = ppo_loss(
                 *arrays, policy=policy, policy_begin=begin, num_actions=actions,
-                value_col=value, log_std_begin=self.log_std_begin, options=self.options,
+                value_col=value, log_std_begin=self.log_std_begin,
+                action_dims=self.action_dims, options=self.options,
                 value_mean=self.value_mean, value_std=self.value_std,
             )  # fmt: skip
         else:
             dout, metrics = actor_critic_loss(
                 *arrays, policy=policy, policy_begin=begin, num_actions=actions,
-                value_col=value, log_std_begin=self.log_std_begin, options=self.options,
+                value_col=value, log_std_begin=self.log_std_begin,
+                action_dims=self.action_dims, options=self.options,
             )  # fmt: skip
         if self.bounds is not None:
             t_len = batch.unroll_length

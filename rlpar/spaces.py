@@ -33,9 +33,23 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["FlatObservation", "encoded", "encoder_for", "fed_as_is"]
+__all__ = ["FlatObservation", "categorical_dims", "encoded", "encoder_for", "fed_as_is"]
 
 _LEAVES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+
+
+def categorical_dims(space: gym.Space) -> tuple[int, ...] | None:
+    """The choices of each dimension of a discrete action space, or None for another space:
+    ``Discrete(n)`` -> (n,); ``MultiDiscrete(nvec)`` (1-D) -> nvec; ``MultiBinary(n)`` -> n
+    twos (each bit a choice of two). A policy over it is one Categorical per dimension, over
+    sum(dims) logits side by side (`rlpar.NativeLoss.for_net`'s ``action_dims``)."""
+    if isinstance(space, gym.spaces.Discrete):
+        return (int(space.n),)
+    if isinstance(space, gym.spaces.MultiDiscrete) and len(space.nvec.shape) == 1:
+        return tuple(int(n) for n in space.nvec)
+    if isinstance(space, gym.spaces.MultiBinary) and len(space.shape) == 1:
+        return (2,) * int(space.shape[0])
+    return None
 
 
 def fed_as_is(space: gym.Space) -> bool:

@@ -45,6 +45,8 @@ class Layout:
     num_actions: int
     value_col: int
     log_std_begin: int = 0
+    action_dims: tuple[int, ...] = ()
+    """multi_categorical: the logits of each action dimension, side by side from policy_begin."""
 
 
 @dataclass(frozen=True)
@@ -66,16 +68,26 @@ class Targets:
 # ------------------------------------------------------------------------------ policies
 
 
+def categorical_log_prob_and_entropy(logits: list[float], action) -> tuple[float, float]:
+    """``log softmax(logits)[action]`` and the softmax's entropy."""
+    top = max(logits)
+    log_z = top + math.log(sum(math.exp(logit - top) for logit in logits))
+    log_pi = [logit - log_z for logit in logits]
+    return log_pi[int(action)], -sum(math.exp(lp) * lp for lp in log_pi)
+
+
 def log_prob_and_entropy(row: np.ndarray, action, layout: Layout) -> tuple[float, float]:
     """``log pi(a|x)`` and ``H(pi(.|x))`` of the policy in one output row ``[O]``."""
     b, n = layout.policy_begin, layout.num_actions
     if layout.policy == "categorical":
-        logits = [float(row[b + j]) for j in range(n)]
-        top = max(logits)
-        log_z = top + math.log(sum(math.exp(logit - top) for logit in logits))
-        log_pi = [logit - log_z for logit in logits]
-        entropy = -sum(math.exp(lp) * lp for lp in log_pi)
-        return log_pi[int(action)], entropy
+        return categorical_log_prob_and_entropy([float(row[b + j]) for j in range(n)], action)
+    if layout.policy == "multi_categorical":  # independent dimensions: the terms add
+        log_prob, entropy = 0.0, 0.0
+        for d, size in enumerate(layout.action_dims):
+            logits = [float(row[b + j]) for j in range(size)]
+            lp, h = categorical_log_prob_and_entropy(logits, action[d])
+            log_prob, entropy, b = log_prob + lp, entropy + h, b + size
+        return log_prob, entropy
     log_prob, entropy = 0.0, 0.0
     for k in range(n):
         mean = float(row[b + k])
@@ -289,10 +301,11 @@ def actor_critic_loss(
     baseline_cost,
     entropy_cost,
     log_std_begin=0,
+    action_dims=(),
 ) -> tuple[dict[str, float], Targets]:
     """The metrics of ``rlpar.actor_critic_loss`` (its options as keywords, every one given: the
     defaults are `rlpar.LossOptions`'s alone) and the targets behind them."""
-    layout = Layout(policy, policy_begin, num_actions, value_col, log_std_begin)
+    layout = Layout(policy, policy_begin, num_actions, value_col, log_std_begin, tuple(action_dims))
     mask = np.asarray(mask, bool)
     arrays = (out, behaviour, actions, rewards, terminated, truncated, mask)
     clipping = {"rho_bar": rho_bar, "c_bar": c_bar, "pg_rho_bar": pg_rho_bar}

@@ -10,6 +10,7 @@ are noise rather than the runtime's 0, so that a loss reading them would show.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 
 import loss_reference as lref
@@ -23,7 +24,11 @@ import rlpar
 # Value column first (categorical) or last (gaussian), one unused column each: its dout must be 0.
 CAT = {"policy": "categorical", "policy_begin": 1, "num_actions": 3, "value_col": 0}
 GAUSS = dict(policy="gaussian", policy_begin=0, num_actions=2, log_std_begin=2, value_col=5)
-LAYOUTS = {"categorical": (CAT, 5), "gaussian": (GAUSS, 6)}
+# Three action dimensions of 2, 3 and 1 choices (a dimension of one choice has log-prob 0).
+MULTI = dict(policy="multi_categorical", policy_begin=1, num_actions=6, value_col=0,
+             action_dims=(2, 3, 1))  # fmt: skip
+LAYOUTS = {"categorical": (CAT, 5), "gaussian": (GAUSS, 6), "multi_categorical": (MULTI, 8)}
+POLICIES = list(LAYOUTS)
 METRICS = (
     "loss policy_loss value_loss entropy mean_rho rho_clipped_fraction mean_advantage mean_value "
     "valid_steps"
@@ -62,6 +67,11 @@ def make_batch(
     if policy == "categorical":
         gumbel = -np.log(-np.log(rng.random((T, N, A))))
         actions = np.argmax(behaviour[:, :, b : b + A] + gumbel, axis=2).astype(np.int64)
+    elif policy == "multi_categorical":
+        noisy = behaviour[:, :, b : b + A] - np.log(-np.log(rng.random((T, N, A))))
+        cuts = np.cumsum((0, *layout["action_dims"]))
+        parts = [np.argmax(noisy[:, :, lo:hi], axis=2) for lo, hi in itertools.pairwise(cuts)]
+        actions = np.stack(parts, axis=2).astype(np.int64)
     else:
         std = np.exp(behaviour[:, :, ls : ls + A])
         noise = rng.standard_normal((T, N, A))
@@ -148,7 +158,7 @@ BARS = [(1.0, 1.0, 1.0), (2.0, 0.7, 1.5), (0.5, 3.0, 0.8)]
 # ------------------------------------------------------------------------- metrics vs reference
 
 
-@pytest.mark.parametrize("policy", ["categorical", "gaussian"])
+@pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("importance_weighting", [False, True])
 @pytest.mark.parametrize("bars", BARS)
 @pytest.mark.parametrize("seed", [0, 1])
@@ -193,7 +203,7 @@ def test_no_valid_step_gives_zeros() -> None:
 # ------------------------------------------------------------------------ gradient vs reference
 
 
-@pytest.mark.parametrize("policy", ["categorical", "gaussian"])
+@pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize(
     ("importance_weighting", "bars"), [(False, BARS[0]), (True, BARS[0]), (True, BARS[1])]
 )
@@ -218,7 +228,7 @@ batches = st.fixed_dictionaries(
         "seed": st.integers(0, 2**32 - 1),
         "T": st.integers(1, 6),
         "N": st.integers(1, 4),
-        "policy": st.sampled_from(["categorical", "gaussian"]),
+        "policy": st.sampled_from(POLICIES),
         "gamma": st.one_of(st.just(1.0), st.floats(0.0, 1.0)),
         "p_end": st.floats(0.0, 0.5),
     }
@@ -275,7 +285,8 @@ def test_on_policy_vtrace_is_nstep_return(b, pg_rho_bar) -> None:
 
 def with_ratios_above_one(arrays: dict, kw: dict, rng: np.random.Generator) -> None:
     """Make ``mu(a_t|x_t) < pi(a_t|x_t)`` at every step: behaviour = out with the taken action
-    made less likely (categorical: its logit lowered; gaussian: the mean moved away from it)."""
+    made less likely (categorical: its logit lowered, in the first dimension of a
+    multi-categorical; gaussian: the mean moved away from it)."""
     out, actions = arrays["out"], arrays["actions"]
     T, N = actions.shape[:2]
     beh = out[:T].copy()
@@ -284,6 +295,8 @@ def with_ratios_above_one(arrays: dict, kw: dict, rng: np.random.Generator) -> N
         for n in range(N):
             if kw["policy"] == "categorical":
                 beh[t, n, b + actions[t, n]] -= 0.2 + rng.random()
+            elif kw["policy"] == "multi_categorical":  # dimension 0's choice, of two
+                beh[t, n, b + actions[t, n, 0]] -= 0.2 + rng.random()
             else:
                 a, mean = actions[t, n], beh[t, n, b : b + A]
                 away = (mean - a) * (1.5 + rng.random()) + 0.1 * np.sign(mean - a)
@@ -358,8 +371,8 @@ def test_masked_rows_and_bootstrap_row_get_no_gradient(b, importance_weighting) 
     mask = arrays["mask"]
     assert not dout[-1].any()
     assert not dout[:-1][~mask].any()
-    unused = 4  # the one output column that is neither policy nor value in both layouts
-    assert not dout[..., unused].any()
+    unused = LAYOUTS[b["policy"]][1] - 1 if b["policy"] == "multi_categorical" else 4
+    assert not dout[..., unused].any()  # the one column that is neither policy nor value
     assert m["valid_steps"] == mask.sum()
 
 
@@ -415,7 +428,7 @@ def test_every_option_reaches_the_native_core(monkeypatch, cat_batch) -> None:
     layout = {k: v for k, v in kw.items() if k not in OPTIONS}
     rlpar.actor_critic_loss(*(arrays[k] for k in ARRAYS), **layout, options=options)
     assert seen == {
-        **layout, "log_std_begin": 0, "gamma": 0.9, "importance_weighting": True,
+        **layout, "log_std_begin": 0, "action_dims": [], "gamma": 0.9, "importance_weighting": True,
         "rho_bar": 1.1, "c_bar": 1.2, "pg_rho_bar": 1.3, "value_coef": 0.4, "entropy_coef": 0.05,
     }  # fmt: skip
 
@@ -526,7 +539,7 @@ def test_out_of_range_action_names_step_and_column(cat_batch, bad) -> None:
 def test_unknown_policy(cat_batch) -> None:
     arrays, kw = cat_batch
     kw["policy"] = "beta"
-    message = "policy must be 'categorical' or 'gaussian', got 'beta'"
+    message = "policy must be 'categorical', 'gaussian' or 'multi_categorical', got 'beta'"
     with pytest.raises(ValueError, match=lit(message)):
         native(arrays, **kw)
 

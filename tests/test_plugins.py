@@ -89,9 +89,9 @@ def test_built_in_agents_import_only_the_public_api() -> None:
                 assert not name.startswith("rlpar."), f"{path.name} imports {name}"
 
 
-class _MultiDiscreteActions(gym.Env):
+class _TupleActions(gym.Env):
     observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
-    action_space = gym.spaces.MultiDiscrete([3, 4])
+    action_space = gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Discrete(4)))
 
     def reset(self, *, seed=None, options=None):
         return np.zeros(3, np.float32), {}
@@ -100,15 +100,16 @@ class _MultiDiscreteActions(gym.Env):
         return np.zeros(3, np.float32), 0.0, False, False, {}
 
 
-gym.register("rlpar-test/MultiDiscreteActions-v0", _MultiDiscreteActions)
+gym.register("rlpar-test/TupleActions-v0", _TupleActions)
 
 
 @pytest.mark.parametrize(
     ("env", "match"),
     [
         ("CarRacing-v3", "needs a package that is not installed: Box2D"),
-        ("rlpar-test/MultiDiscreteActions-v0",
-         r"unsupported action space MultiDiscrete\(\[3 4\]\): expected Discrete or a 1-D Box"),
+        ("rlpar-test/TupleActions-v0",
+         r"unsupported action space Tuple\(Discrete\(3\), Discrete\(4\)\): expected Discrete, "
+         "MultiDiscrete or MultiBinary"),
     ],
 )  # fmt: skip
 def test_a_space_the_agent_cannot_handle_fails_at_start_up(env, match) -> None:

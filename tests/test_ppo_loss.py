@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from loss_reference import Layout
-from test_losses import ARRAYS, EVENTS, make_batch
+from test_losses import ARRAYS, EVENTS, POLICIES, make_batch
 
 import rlpar
 from rlpar import _native
@@ -46,7 +46,7 @@ def assert_metrics_close(got, want, rtol=1e-5, atol=1e-6):
         np.testing.assert_allclose(got[k], want[k], rtol=rtol, atol=atol, err_msg=k)
 
 
-@pytest.mark.parametrize("policy", ["categorical", "gaussian"])
+@pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("options", list(OPTION_SETS))
 @pytest.mark.parametrize("stats", [{}, {"value_mean": 0.7, "value_std": 2.5}])
 def test_metrics_and_dout_match_reference(policy, options, stats) -> None:
@@ -76,7 +76,7 @@ batches = st.fixed_dictionaries(
         "seed": st.integers(0, 2**32 - 1),
         "T": st.integers(1, 6),
         "N": st.integers(1, 4),
-        "policy": st.sampled_from(["categorical", "gaussian"]),
+        "policy": st.sampled_from(POLICIES),
         "p_end": st.floats(0.0, 0.5),
         "options": st.builds(
             rlpar.PpoOptions,

@@ -38,9 +38,18 @@ BatchArrays batch_arrays(py::handle batch, const rlpar::Net& net,
   a.obs = net.spec().input_uint8 ? input_array<uint8_t>(obs, "batch.obs", obs_dims)
                                  : input_array<float>(obs, "batch.obs", obs_dims);
   py::object actions = field(batch, "actions");
-  a.actions = layout.policy == rlpar::losses::Policy::Categorical
-                  ? input_array<int64_t>(actions, "batch.actions", {T, N})
-                  : input_array<float>(actions, "batch.actions", {T, N, layout.num_actions});
+  const auto D = static_cast<py::ssize_t>(layout.action_dims.size());
+  switch (layout.policy) {
+    case rlpar::losses::Policy::Categorical:
+      a.actions = input_array<int64_t>(actions, "batch.actions", {T, N});
+      break;
+    case rlpar::losses::Policy::MultiCategorical:
+      a.actions = input_array<int64_t>(actions, "batch.actions", {T, N, D});
+      break;
+    case rlpar::losses::Policy::Gaussian:
+      a.actions = input_array<float>(actions, "batch.actions", {T, N, layout.num_actions});
+      break;
+  }
   a.behaviour = input_array<float>(field(batch, "behaviour"), "batch.behaviour", {T, N, O});
   a.rewards = input_array<float>(r, "batch.rewards", {T, N});
   a.terminated = input_array<uint8_t>(field(batch, "terminated"), "batch.terminated", {T, N});

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "rlpar/losses.h"
 
@@ -24,12 +25,30 @@ E pick(const char* key, const std::string& got, const char* name_a, E a, const c
                         "', got '" + got + "'");
 }
 
-// Where the policy and the value sit in a row of the net's output.
+// Where the policy and the value sit in a row of the net's output. `action_dims`: the logits
+// of each dimension of a "multi_categorical" policy (empty for the others).
 inline void set_layout(rlpar::losses::ActorCriticArgs& a, const std::string& policy,
                        int64_t policy_begin, int64_t num_actions, int64_t log_std_begin,
-                       int64_t value_col) {
-  a.policy = pick("policy", policy, "categorical", rlpar::losses::Policy::Categorical,
-                  "gaussian", rlpar::losses::Policy::Gaussian);
+                       int64_t value_col, const std::vector<int64_t>& action_dims) {
+  if (policy == "multi_categorical") {
+    a.policy = rlpar::losses::Policy::MultiCategorical;
+    if (action_dims.empty()) {
+      throw py::value_error("policy 'multi_categorical' needs action_dims (the logits of each "
+                            "action dimension), got none");
+    }
+  } else {
+    if (policy != "categorical" && policy != "gaussian") {
+      throw py::value_error("policy must be 'categorical', 'gaussian' or 'multi_categorical', "
+                            "got '" + policy + "'");
+    }
+    a.policy = policy == "categorical" ? rlpar::losses::Policy::Categorical
+                                       : rlpar::losses::Policy::Gaussian;
+    if (!action_dims.empty()) {
+      throw py::value_error("action_dims is for policy 'multi_categorical', got it with '" +
+                            policy + "'");
+    }
+  }
+  a.action_dims = action_dims;
   a.policy_begin = policy_begin;
   a.num_actions = num_actions;
   a.log_std_begin = log_std_begin;

@@ -27,7 +27,7 @@ struct LossArrays {
              py::handle actions_h, py::handle rewards_h, py::handle terminated_h,
              py::handle truncated_h, py::handle mask_h, const std::string& policy,
              int64_t policy_begin, int64_t num_actions, int64_t log_std_begin,
-             int64_t value_col) {
+             int64_t value_col, const std::vector<int64_t>& action_dims) {
     auto o = py::array::ensure(out_h);
     if (!o || o.ndim() != 3 || o.shape(0) < 2 || o.shape(1) < 1) {
       throw py::value_error("out must be a float32 array [T+1, N, O] with T, N >= 1, got " +
@@ -36,13 +36,18 @@ struct LossArrays {
     a.T = o.shape(0) - 1;
     a.N = o.shape(1);
     a.O = o.shape(2);
-    set_layout(a, policy, policy_begin, num_actions, log_std_begin, value_col);
+    set_layout(a, policy, policy_begin, num_actions, log_std_begin, value_col, action_dims);
     const py::ssize_t T = a.T, N = a.N, O = a.O;
+    const auto D = static_cast<py::ssize_t>(action_dims.size());
     out = input_array<float>(out_h, "out", {T + 1, N, O});
     behaviour = input_array<float>(behaviour_h, "behaviour", {T, N, O});
-    actions = a.policy == rlpar::losses::Policy::Categorical
-                  ? input_array<int64_t>(actions_h, "actions", {T, N})
-                  : input_array<float>(actions_h, "actions", {T, N, num_actions});
+    if (a.policy == rlpar::losses::Policy::Gaussian) {
+      actions = input_array<float>(actions_h, "actions", {T, N, num_actions});
+    } else if (a.policy == rlpar::losses::Policy::MultiCategorical) {
+      actions = input_array<int64_t>(actions_h, "actions", {T, N, D});
+    } else {
+      actions = input_array<int64_t>(actions_h, "actions", {T, N});
+    }
     rewards = input_array<float>(rewards_h, "rewards", {T, N});
     terminated = input_array<uint8_t>(terminated_h, "terminated", {T, N});
     truncated = input_array<uint8_t>(truncated_h, "truncated", {T, N});
@@ -74,7 +79,7 @@ struct LossArrays {
   py::arg("out"), py::arg("behaviour"), py::arg("actions"), py::arg("rewards"),                 \
       py::arg("terminated"), py::arg("truncated"), py::arg("mask"), py::kw_only(),              \
       py::arg("policy"), py::arg("policy_begin"), py::arg("num_actions"),                       \
-      py::arg("log_std_begin"), py::arg("value_col")
+      py::arg("log_std_begin"), py::arg("value_col"), py::arg("action_dims")
 
 }  // namespace
 
@@ -84,11 +89,13 @@ void bind_losses(py::module_& m) {
       [](py::handle out, py::handle behaviour, py::handle actions, py::handle rewards,
          py::handle terminated, py::handle truncated, py::handle mask, const std::string& policy,
          int64_t policy_begin, int64_t num_actions, int64_t log_std_begin, int64_t value_col,
-         double gamma, bool importance_weighting, double rho_bar, double c_bar, double pg_rho_bar,
+         const std::vector<int64_t>& action_dims, double gamma, bool importance_weighting,
+         double rho_bar, double c_bar, double pg_rho_bar,
          double value_coef, double entropy_coef) {
         rlpar::losses::ActorCriticArgs a;
         LossArrays arrays(a, out, behaviour, actions, rewards, terminated, truncated, mask,
-                          policy, policy_begin, num_actions, log_std_begin, value_col);
+                          policy, policy_begin, num_actions, log_std_begin, value_col,
+                          action_dims);
         a.gamma = gamma;
         a.importance_weighting = importance_weighting;
         a.rho_bar = rho_bar;
@@ -112,13 +119,15 @@ void bind_losses(py::module_& m) {
       [](py::handle out, py::handle behaviour, py::handle actions, py::handle rewards,
          py::handle terminated, py::handle truncated, py::handle mask, const std::string& policy,
          int64_t policy_begin, int64_t num_actions, int64_t log_std_begin, int64_t value_col,
-         double gamma, double rho_bar, double c_bar, double value_coef, double entropy_coef,
+         const std::vector<int64_t>& action_dims, double gamma, double rho_bar, double c_bar,
+         double value_coef, double entropy_coef,
          double clip_eps, const std::string& ratio_clip, const std::string& advantage,
          double gae_lambda, bool normalize_advantages, double value_clip, double value_mean,
          double value_std) {
         rlpar::losses::PpoArgs a;
         LossArrays arrays(a.base, out, behaviour, actions, rewards, terminated, truncated, mask,
-                          policy, policy_begin, num_actions, log_std_begin, value_col);
+                          policy, policy_begin, num_actions, log_std_begin, value_col,
+                          action_dims);
         a.base.gamma = gamma;
         a.base.importance_weighting = true;
         a.base.rho_bar = rho_bar;

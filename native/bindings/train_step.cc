@@ -52,13 +52,14 @@ T option(const py::dict& options, const char* key) {
 std::unique_ptr<TrainLoss> make_train_loss(const std::string& kind, const std::string& policy,
                                            int64_t policy_begin, int64_t num_actions,
                                            int64_t log_std_begin, int64_t value_col,
+                                           const std::vector<int64_t>& action_dims,
                                            const py::dict& options, py::handle low,
                                            py::handle high, double bound_cost) {
   auto t = std::make_unique<TrainLoss>();
   auto& s = t->spec;
   s.kind = pick("kind", kind, "actor_critic", LossKind::ActorCritic, "ppo", LossKind::Ppo);
   rlpar::losses::ActorCriticArgs& a = s.kind == LossKind::Ppo ? s.ppo.base : s.actor_critic;
-  set_layout(a, policy, policy_begin, num_actions, log_std_begin, value_col);
+  set_layout(a, policy, policy_begin, num_actions, log_std_begin, value_col, action_dims);
   a.gamma = option<double>(options, "gamma");
   a.rho_bar = option<double>(options, "rho_bar");
   a.c_bar = option<double>(options, "c_bar");
@@ -432,7 +433,8 @@ void bind_train_step(py::module_& m) {
                         "A built-in loss for train_step (rlpar.NativeLoss builds it).")
       .def(py::init(&make_train_loss), py::arg("kind"), py::arg("policy"),
            py::arg("policy_begin"), py::arg("num_actions"), py::arg("log_std_begin"),
-           py::arg("value_col"), py::arg("options"), py::arg("low"), py::arg("high"),
+           py::arg("value_col"), py::arg("action_dims"), py::arg("options"), py::arg("low"),
+           py::arg("high"),
            py::arg("bound_cost"));
   m.def("train_step", &train_step, py::arg("net"), py::arg("params"), py::arg("grad"),
         py::arg("loss"), py::arg("batch"), py::arg("columns"), py::kw_only(), py::arg("value_mean"),

@@ -57,6 +57,18 @@ void check(const ActorCriticArgs& a) {
       (a.log_std_begin < 0 || a.log_std_begin + a.num_actions > a.O)) {
     fail("log_std columns outside the output");
   }
+  if (a.policy == Policy::MultiCategorical) {
+    int64_t sum = 0;
+    for (int64_t n : a.action_dims) {
+      if (n < 1) fail("every action dimension needs >= 1 logit");
+      sum += n;
+    }
+    if (a.action_dims.empty() || sum != a.num_actions) {
+      fail("a multi-categorical policy's action_dims must sum to num_actions (" +
+           std::to_string(a.num_actions) + "), got a sum of " + std::to_string(sum) + " over " +
+           std::to_string(a.action_dims.size()) + " dimensions");
+    }
+  }
   if (!(a.gamma >= 0 && a.gamma <= 1)) fail("gamma must be in [0, 1]");
   if (!(a.rho_bar > 0 && a.c_bar > 0 && a.pg_rho_bar > 0)) fail("rho_bar, c_bar, pg_rho_bar must be > 0");
 }
@@ -66,6 +78,14 @@ struct Layout {
   const ActorCriticArgs& args;
   const float* out;
   bool categorical() const { return args.policy == Policy::Categorical; }
+  bool multi() const { return args.policy == Policy::MultiCategorical; }
+  // Scratch doubles the gradient of a discrete policy needs: its largest logit count.
+  int64_t probs_size() const {
+    if (categorical()) return args.num_actions;
+    int64_t m = 0;
+    for (int64_t n : args.action_dims) m = std::max(m, n);
+    return m;
+  }
   int64_t index(int64_t t, int64_t n) const { return t * args.N + n; }
   const float* row(const float* base, int64_t t, int64_t n) const {
     return base + index(t, n) * args.O;
@@ -93,17 +113,42 @@ StepPolicy step_policy(const Layout& l, const float* row, const void* actions, i
   if (l.categorical()) {
     return categorical(row + a.policy_begin, a.num_actions, static_cast<const int64_t*>(actions)[i]);
   }
+  if (l.multi()) {  // independent dimensions: log-probs and entropies add
+    const int64_t D = static_cast<int64_t>(a.action_dims.size());
+    const int64_t* act = static_cast<const int64_t*>(actions) + i * D;
+    StepPolicy s;
+    const float* logits = row + a.policy_begin;
+    for (int64_t d = 0; d < D; ++d) {
+      const StepPolicy one = categorical(logits, a.action_dims[d], act[d]);
+      s.logp += one.logp;
+      s.entropy += one.entropy;
+      logits += a.action_dims[d];
+    }
+    return s;
+  }
   const float* act = static_cast<const float*>(actions) + i * a.num_actions;
   return gaussian(row + a.policy_begin, row + a.log_std_begin, a.num_actions, act);
 }
 
 void check_action(const Layout& l, const void* actions, int64_t t, int64_t n) {
-  if (!l.categorical()) return;
-  const int64_t act = static_cast<const int64_t*>(actions)[l.index(t, n)];
-  if (act < 0 || act >= l.args.num_actions) {
-    throw std::invalid_argument("action " + std::to_string(act) + " at step " +
-                                std::to_string(t) + ", column " + std::to_string(n) +
-                                " is outside [0, " + std::to_string(l.args.num_actions) + ")");
+  if (l.categorical()) {
+    const int64_t act = static_cast<const int64_t*>(actions)[l.index(t, n)];
+    if (act < 0 || act >= l.args.num_actions) {
+      throw std::invalid_argument("action " + std::to_string(act) + " at step " +
+                                  std::to_string(t) + ", column " + std::to_string(n) +
+                                  " is outside [0, " + std::to_string(l.args.num_actions) + ")");
+    }
+  } else if (l.multi()) {
+    const auto D = static_cast<int64_t>(l.args.action_dims.size());
+    const int64_t* act = static_cast<const int64_t*>(actions) + l.index(t, n) * D;
+    for (int64_t d = 0; d < D; ++d) {
+      if (act[d] < 0 || act[d] >= l.args.action_dims[d]) {
+        throw std::invalid_argument("action " + std::to_string(act[d]) + " of dimension " +
+                                    std::to_string(d) + " at step " + std::to_string(t) +
+                                    ", column " + std::to_string(n) + " is outside [0, " +
+                                    std::to_string(l.args.action_dims[d]) + ")");
+      }
+    }
   }
 }
 
@@ -192,9 +237,10 @@ Targets targets(const Layout& l, const PolicyTerms& p, const std::vector<double>
 
 // d(-adv_t log p_a - entropy_coef H)/dlogit_j over the `num_actions` logits at `logits`.
 // `probs`: scratch of num_actions doubles.
-void categorical_grad(const ActorCriticArgs& a, const float* logits, int64_t action,
+// `n` logits at `logits`, their gradients written to `d` (the same columns of dout's row);
+// entropy_t is this categorical's own entropy.
+void categorical_grad(const ActorCriticArgs& a, const float* logits, int64_t n, int64_t action,
                       double adv_t, double entropy_t, double scale, double* probs, float* d) {
-  const int64_t n = a.num_actions;
   double mx = logits[0];
   for (int64_t j = 1; j < n; ++j) mx = std::max(mx, static_cast<double>(logits[j]));
   double z = 0;
@@ -205,7 +251,7 @@ void categorical_grad(const ActorCriticArgs& a, const float* logits, int64_t act
     // d(-A log p_a)/dlogit_j = -A (1[j=a] - p_j);  d(-c H)/dlogit_j = c p_j (log p_j + H)
     const double g =
         -adv_t * (onehot - probs[j]) + a.entropy_coef * probs[j] * (std::log(probs[j]) + entropy_t);
-    d[a.policy_begin + j] = static_cast<float>(g * scale);
+    d[j] = static_cast<float>(g * scale);
   }
 }
 
@@ -224,13 +270,38 @@ void gaussian_grad(const ActorCriticArgs& a, const float* row, const float* act,
   }
 }
 
+// The policy's gradients for step i (row `o`, dout row `d`) weighted by adv_t: a categorical,
+// each dimension of a multi-categorical (with its own entropy), or a Gaussian.
+void policy_grad(const Layout& l, const float* o, const void* actions, int64_t i, double adv_t,
+                 double entropy_t, double scale, double* probs, float* d) {
+  const ActorCriticArgs& a = l.args;
+  if (l.categorical()) {
+    const int64_t action = static_cast<const int64_t*>(actions)[i];
+    categorical_grad(a, o + a.policy_begin, a.num_actions, action, adv_t, entropy_t, scale, probs,
+                     d + a.policy_begin);
+  } else if (l.multi()) {
+    const auto D = static_cast<int64_t>(a.action_dims.size());
+    const int64_t* act = static_cast<const int64_t*>(actions) + i * D;
+    int64_t begin = a.policy_begin;
+    for (int64_t k = 0; k < D; ++k) {
+      const int64_t n = a.action_dims[k];
+      const double h = categorical(o + begin, n, act[k]).entropy;
+      categorical_grad(a, o + begin, n, act[k], adv_t, h, scale, probs, d + begin);
+      begin += n;
+    }
+  } else {
+    const float* act = static_cast<const float*>(actions) + i * a.num_actions;
+    gaussian_grad(a, o, act, adv_t, scale, d);
+  }
+}
+
 // Phase 3: the gradient of the mean loss w.r.t. every output (zero on rows without loss).
 void output_gradients(const Layout& l, const PolicyTerms& p, const Targets& g,
                       const void* actions, const uint8_t* mask, float* dout) {
   const ActorCriticArgs& a = l.args;
   std::memset(dout, 0, sizeof(float) * (a.T + 1) * a.N * a.O);
   const double scale = p.valid_steps > 0 ? 1.0 / static_cast<double>(p.valid_steps) : 0.0;
-  std::vector<double> probs(l.categorical() ? a.num_actions : 0);
+  std::vector<double> probs(l.probs_size());
   for (int64_t t = 0; t < a.T; ++t) {
     for (int64_t n = 0; n < a.N; ++n) {
       const int64_t i = l.index(t, n);
@@ -238,14 +309,7 @@ void output_gradients(const Layout& l, const PolicyTerms& p, const Targets& g,
       const float* o = l.row(l.out, t, n);
       float* d = dout + i * a.O;
       d[a.value_col] = static_cast<float>(-a.value_coef * (g.vs_t[i] - l.value(t, n)) * scale);
-      if (l.categorical()) {
-        const int64_t action = static_cast<const int64_t*>(actions)[i];
-        categorical_grad(a, o + a.policy_begin, action, g.adv_t[i], p.entropy_t[i], scale,
-                         probs.data(), d);
-      } else {
-        const float* act = static_cast<const float*>(actions) + i * a.num_actions;
-        gaussian_grad(a, o, act, g.adv_t[i], scale, d);
-      }
+      policy_grad(l, o, actions, i, g.adv_t[i], p.entropy_t[i], scale, probs.data(), d);
     }
   }
 }
@@ -333,7 +397,7 @@ PpoMetrics ppo_gradients(const Layout& l, const PpoArgs& a, const PolicyTerms& p
   const double scale = p.valid_steps > 0 ? 1.0 / static_cast<double>(p.valid_steps) : 0.0;
   const double hi = 1.0 + a.clip_eps;
   const double lo = a.clip == RatioClip::Symmetric ? 1.0 - a.clip_eps : 1.0 / (1.0 + a.clip_eps);
-  std::vector<double> probs(l.categorical() ? b.num_actions : 0);
+  std::vector<double> probs(l.probs_size());
   PpoMetrics m;
   m.valid_steps = p.valid_steps;
   m.ratio_min = p.valid_steps > 0 ? std::numeric_limits<double>::infinity() : 1.0;
@@ -352,14 +416,7 @@ PpoMetrics ppo_gradients(const Layout& l, const PpoArgs& a, const PolicyTerms& p
       const double rc = std::min(hi, std::max(lo, r));
       const bool active = r * an <= rc * an;
       const double weight = active ? r * an : 0.0;
-      if (l.categorical()) {
-        const int64_t action = static_cast<const int64_t*>(actions)[i];
-        categorical_grad(b, o + b.policy_begin, action, weight, p.entropy_t[i], scale,
-                         probs.data(), d);
-      } else {
-        const float* act = static_cast<const float*>(actions) + i * b.num_actions;
-        gaussian_grad(b, o, act, weight, scale, d);
-      }
+      policy_grad(l, o, actions, i, weight, p.entropy_t[i], scale, probs.data(), d);
       // Value: 0.5 (out_v - y)^2, or the larger of it and the clipped term.
       const double out_v = o[b.value_col];
       const double y = (g.vs_t[i] - a.value_mean) / a.value_std;

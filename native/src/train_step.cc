@@ -103,9 +103,12 @@ StepResult train_step(const Net& net, float* params, float* grad, const BatchVie
     throw std::invalid_argument("train_step: a bound penalty needs the action bounds");
   }
   const losses::ActorCriticArgs& layout = loss.layout();
-  const bool categorical = layout.policy == losses::Policy::Categorical;
+  const bool gaussian = layout.policy == losses::Policy::Gaussian;
   const int64_t obs_bytes = net.input_size() * (net.spec().input_uint8 ? 1 : 4);
-  const int64_t action_bytes = categorical ? 8 : 4 * layout.num_actions;
+  const int64_t action_bytes = gaussian ? 4 * layout.num_actions
+                               : layout.policy == losses::Policy::MultiCategorical
+                                   ? 8 * static_cast<int64_t>(layout.action_dims.size())
+                                   : 8;
   const int64_t S = net.state_size();
 
   thread_local Scratch sc;
@@ -168,7 +171,7 @@ StepResult train_step(const Net& net, float* params, float* grad, const BatchVie
                                                v.rewards, v.terminated, v.truncated, v.mask, dp);
     total = &r.actor_critic.loss;
   }
-  if (loss.bound_cost > 0 && !categorical) {
+  if (loss.bound_cost > 0 && gaussian) {
     r.bound_loss = add_bound_penalty(loss, op, v.mask, T, M, O, dp);
     *total += r.bound_loss;
   }

@@ -17,11 +17,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from rlpar.agent import LearnerState
 from rlpar.checkpoint import (
     Checkpoint,
+    CheckpointError,
     check_signature,
     checkpoint_path,
     find_checkpoint,
@@ -41,6 +43,7 @@ __all__ = [
     "open_resume",
     "restore_actors",
     "restore_learner",
+    "space_layout",
 ]
 
 log = logging.getLogger("rlpar")
@@ -57,13 +60,45 @@ def open_resume(resume: str | Path | None) -> tuple[Path | None, Checkpoint | No
     return path, ckpt
 
 
-def restore_learner(state: LearnerState, net: Net, ckpt: Checkpoint, path: Path) -> None:
+def space_layout(spaces: tuple[gym.Space, gym.Space]) -> dict[str, str]:
+    """The (observation, action) spaces of a run as a checkpoint records them: their reprs."""
+    return {"observation": repr(spaces[0]), "action": repr(spaces[1])}
+
+
+def check_spaces(ckpt: Checkpoint, spaces: dict[str, str], path: Path) -> None:
+    """`CheckpointError` when ``ckpt`` was written for other spaces than ``spaces`` (a
+    `space_layout`): a net of the same size can mean other things, e.g. Discrete(6) against
+    MultiDiscrete([2, 3]) actions. Checkpoints written before spaces were recorded pass."""
+    recorded = ckpt.extra.get("spaces")
+    if recorded is None or recorded == spaces:
+        return
+    diffs = [
+        f"{kind} space {recorded.get(kind)} there, {spaces[kind]} here"
+        for kind in ("observation", "action")
+        if recorded.get(kind) != spaces[kind]
+    ]
+    raise CheckpointError(
+        f"{path}: written for other env spaces: {'; '.join(diffs)} (resume with the env the "
+        "run was trained on)"
+    )
+
+
+def restore_learner(
+    state: LearnerState,
+    net: Net,
+    ckpt: Checkpoint,
+    path: Path,
+    spaces: dict[str, str] | None = None,
+) -> None:
     """Put the checkpoint's parameters, optimizer state, learner steps and agent extras into
-    ``state`` (`CheckpointError` first if it was written for another net). The learning rate
+    ``state`` (`CheckpointError` first if it was written for another net, or for other
+    ``spaces``, a `space_layout`). The learning rate
     stays the one ``state``'s optimizer was made with: a resumed run's agent comes from its
     config (``--set agent.optim.lr=...`` on resume, or a population-based sweep's new value,
     takes effect), and a schedule sets it again from the agent's extras."""
     check_signature(ckpt, net_signature(net), path)
+    if spaces is not None:
+        check_spaces(ckpt, spaces, path)
     state.params[...] = ckpt.params
     lr = state.optimizer.lr
     state.optimizer.load_state_dict(ckpt.optimizer)
@@ -118,11 +153,13 @@ class Checkpointer:
         config: dict[str, Any],
         generation: int,
         actor_states: Callable[[], Sequence[ActorState]] | None = None,
+        spaces: dict[str, str] | None = None,
     ) -> None:
         self.directory, self.keep = directory, keep
         self.state, self.net, self.actors = state, net, actors
         self.counters, self.config, self.generation = counters, config, generation
         self.actor_states = actor_states or (lambda: [a.checkpoint_state() for a in actors])
+        self.spaces = spaces
 
     def prune(self) -> None:
         """Drop all but the newest ``keep`` checkpoints, and what a run killed mid-write left."""
@@ -160,7 +197,8 @@ class Checkpointer:
             },
             config=self.config,
             net_signature=net_signature(self.net),
-            extra={"agent": dict(state.extra)},
+            extra={"agent": dict(state.extra)}
+            | ({"spaces": self.spaces} if self.spaces is not None else {}),
             arrays={
                 f"actors/{i}/{name}": array
                 for i, (_, arrays) in enumerate(saved)

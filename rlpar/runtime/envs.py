@@ -133,28 +133,52 @@ def _check_autoreset(envs: VectorEnv, env_id: str) -> VectorEnv:
 class ActionAdapter:
     """Checks the action space once, and turns sampled actions into what the env accepts.
 
-    Discrete: int64 [K]. Box (1-D): float32 [K, A], clipped to the bounds only here, on the way
-    to the env (the rollout keeps the unclipped sample its log-probability belongs to).
+    Discrete: int64 [K]. MultiDiscrete (1-D nvec) and MultiBinary (1-D): int64 [K, D], each
+    dimension's choice counted from 0 (a MultiDiscrete's ``start`` is added, and a MultiBinary's
+    bits cast to int8, on the way to the env). Box of any shape: float32 [K, A] with A the
+    number of its elements, reshaped to the Box's shape and clipped to its bounds only on the
+    way to the env (the rollout keeps the unclipped sample its log-probability belongs to).
     """
 
     def __init__(self, space: gym.Space) -> None:
         self.space = space
+        self.low = self.high = None
+        self.start: np.ndarray | None = None
+        self.env_shape: tuple[int, ...] | None = None  # a Box's own shape, when not 1-D
+        self.dtype: np.dtype = np.dtype(np.int64)
         if isinstance(space, gym.spaces.Discrete):
             self.shape: tuple[int, ...] = ()
-            self.dtype: np.dtype = np.dtype(np.int64)
-            self.low = self.high = None
-        elif isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
-            self.shape = tuple(space.shape)
+        elif isinstance(space, gym.spaces.MultiDiscrete) and len(space.nvec.shape) == 1:
+            self.shape = (len(space.nvec),)
+            if np.any(space.start != 0):
+                self.start = space.start.astype(np.int64)
+        elif isinstance(space, gym.spaces.MultiBinary) and len(space.shape) == 1:
+            self.shape = (int(space.shape[0]),)
+        elif (
+            isinstance(space, gym.spaces.Box)
+            and np.issubdtype(space.dtype, np.floating)
+            and int(np.prod(space.shape)) >= 1
+        ):
+            size = int(np.prod(space.shape))
+            self.shape = (size,)
             self.dtype = np.dtype(np.float32)
-            self.low = space.low.astype(np.float32)
-            self.high = space.high.astype(np.float32)
+            self.low = space.low.astype(np.float32).reshape(size)
+            self.high = space.high.astype(np.float32).reshape(size)
+            if len(space.shape) != 1:
+                self.env_shape = tuple(int(d) for d in space.shape)
         else:
-            raise ValueError(f"unsupported action space {space}: expected Discrete or a 1-D Box")
+            raise ValueError(
+                f"unsupported action space {space}: expected Discrete, MultiDiscrete or "
+                "MultiBinary (one dimension of choices), or a float Box (any shape); a Tuple or "
+                "Dict of actions, an integer Box or a MultiDiscrete of more than one dimension "
+                "has no policy head yet"
+            )
 
     def checked(self, actions: Any, num_envs: int, agent: object, method: str) -> np.ndarray:
         """``actions``, what ``agent``'s ``method`` ("act" or "greedy") returned for
         ``num_envs`` envs, if they are one action per env: int64 [K] (any integer dtype) for a
-        Discrete space, float32 [K, A] (any float dtype) for a Box. Else ValueError naming
+        Discrete space, int64 [K, D] for a MultiDiscrete or MultiBinary, float32 [K, A] (any
+        float dtype) for a Box. Else ValueError naming
         the agent, what was expected and what came. A shape and dtype compare: no copy."""
         expected = (num_envs, *self.shape)
         kinds = "iu" if self.low is None else "f"
@@ -181,9 +205,15 @@ class ActionAdapter:
         )
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
-        if self.low is None:
-            return actions
-        return np.clip(actions, self.low, self.high)
+        """``actions`` [K, *shape] as the env takes them (see the class)."""
+        if self.low is not None:
+            clipped = np.clip(actions, self.low, self.high)
+            return clipped if self.env_shape is None else clipped.reshape(-1, *self.env_shape)
+        if self.start is not None:
+            return actions + self.start
+        if isinstance(self.space, gym.spaces.MultiBinary):
+            return actions.astype(np.int8)
+        return actions
 
 
 def _short(value: object, limit: int = 60) -> str:

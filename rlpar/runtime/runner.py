@@ -56,6 +56,7 @@ from rlpar.runtime.checkpointing import (
     open_resume,
     restore_actors,
     restore_learner,
+    space_layout,
 )
 from rlpar.runtime.common import ActorHandle, ActorState, RecentLog
 from rlpar.runtime.counters import RunCounters
@@ -139,7 +140,10 @@ class Runner:
         backend = self.backend = _start_backend(self.env_cfg, cfg)
         self.ray = None if isinstance(backend, LocalActors) else backend
         self.net = Net(self.agent.net_spec(*backend.spaces))
-        self.state = _learner_state(self.agent, self.net, cfg.seed, resumed, self.resumed_from)
+        self.spaces = space_layout(backend.spaces)
+        self.state = _learner_state(
+            self.agent, self.net, cfg.seed, resumed, self.resumed_from, self.spaces
+        )
         periodic = self.eval_cfg is not None and self.eval_cfg.interval_env_steps is not None
         pins = cfg.num_actors + (1 if periodic else 0)
         self.store = _first_store(self.state, self.net.num_params, pins)
@@ -182,6 +186,7 @@ class Runner:
             actors=self.actors, counters=self.counters, config=self.config,
             generation=self._generation,
             actor_states=self._consumed_actor_states if cfg.deterministic else None,
+            spaces=self.spaces,
         )  # fmt: skip
         self._evaluator, self._periodic = build_evaluators(
             self.agent, self.net, self.env_cfg, self.eval_cfg, seed=cfg.seed,
@@ -366,14 +371,19 @@ def _start_backend(env: EnvConfig, cfg: RuntimeConfig) -> LocalActors | RayActor
 
 
 def _learner_state(
-    agent: Agent, net: Net, seed: int, resumed: Checkpoint | None, resumed_from: Path | None
+    agent: Agent,
+    net: Net,
+    seed: int,
+    resumed: Checkpoint | None,
+    resumed_from: Path | None,
+    spaces: dict[str, str],
 ) -> LearnerState:
     """The learner's state: fresh parameters and optimizer from ``seed``, or on resume those of
-    ``resumed`` (the checkpoint file ``resumed_from``)."""
+    ``resumed`` (the checkpoint file ``resumed_from``, checked against the run's ``spaces``)."""
     state = agent.init_state(net, net.init_params(seed=seed))
     state.rng = learner_rng(seed)
     if resumed is not None and resumed_from is not None:
-        restore_learner(state, net, resumed, resumed_from)
+        restore_learner(state, net, resumed, resumed_from, spaces)
     return state
 
 

@@ -20,10 +20,15 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace rlpar::losses {
 
-enum class Policy { Categorical, Gaussian };
+// Categorical: one action over num_actions logits. Gaussian: a diagonal Gaussian over
+// num_actions dimensions. MultiCategorical: one independent Categorical per action dimension
+// d over action_dims[d] consecutive logits (gymnasium's MultiDiscrete; MultiBinary as
+// dimensions of 2), log pi(a|x) = sum_d log pi_d(a_d|x) and H = sum_d H_d.
+enum class Policy { Categorical, Gaussian, MultiCategorical };
 
 struct ActorCriticArgs {
   int64_t T = 0;  // unroll length
@@ -34,6 +39,7 @@ struct ActorCriticArgs {
   int64_t num_actions = 0;    // logits, or action dimensions
   int64_t log_std_begin = 0;  // gaussian: first log-std column
   int64_t value_col = 0;
+  std::vector<int64_t> action_dims;  // multi-categorical: logits per dimension (sum: num_actions)
   double gamma = 0.99;
   bool importance_weighting = false;
   double rho_bar = 1.0;
@@ -51,7 +57,8 @@ struct ActorCriticMetrics {
 
 // out: [T+1, N, O] outputs of the learner's net at x_0..x_T (row T bootstraps).
 // behaviour: [T, N, O] the actors' outputs when acting (read only when importance_weighting).
-// actions: int64 [T, N] (categorical) or float [T, N, A] (gaussian).
+// actions: int64 [T, N] (categorical), float [T, N, A] (gaussian) or int64 [T, N, D]
+// (multi-categorical, D = action_dims.size()).
 // rewards: [T, N]; terminated, truncated, mask: uint8 [T, N].
 // dout: [T+1, N, O], written (zero where no gradient).
 ActorCriticMetrics actor_critic_loss(const ActorCriticArgs& a, const float* out,
