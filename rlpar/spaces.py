@@ -143,6 +143,43 @@ def _key(path: str) -> str:
     return path[2 : path.index("']")] if path.startswith("['") else path
 
 
+def _leaf_paths(space: gym.Space, keys: tuple = ()) -> list[tuple[tuple, gym.Space]]:
+    """Every leaf of a Dict/Tuple ``space``: (the keys and indices that reach it, the leaf)."""
+    if isinstance(space, gym.spaces.Dict):
+        return [p for k, sub in space.spaces.items() for p in _leaf_paths(sub, (*keys, k))]
+    if isinstance(space, gym.spaces.Tuple):
+        return [p for i, sub in enumerate(space.spaces) for p in _leaf_paths(sub, (*keys, i))]
+    return [(keys, space)]
+
+
+def _path_name(keys: tuple) -> str:
+    return "obs" + "".join(f'["{k}"]' if isinstance(k, str) else f"[{k}]" for k in keys)
+
+
+def _leaf_problem(space: gym.Space, value: Any) -> str | None:
+    """What is wrong with ``value`` as a value of the leaf ``space`` (None: nothing): the
+    shape, the dtype's kind, a Discrete value out of range."""
+    if isinstance(space, gym.spaces.Discrete):
+        if np.ndim(value) != 0 or np.asarray(value).dtype.kind not in "iub":
+            return f"an integer, got {_described(value)}"
+        if not space.start <= int(value) < space.start + space.n:
+            return f"an integer in [{space.start}, {space.start + space.n}), got {int(value)}"
+        return None
+    shape = space.shape or ()
+    if np.shape(value) != shape:
+        return f"shape {tuple(shape)}, got {_described(value)}"
+    kind = np.asarray(value).dtype.kind
+    if kind not in "iubf":
+        return f"numbers of shape {tuple(shape)}, got {_described(value)}"
+    return None
+
+
+def _described(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype} array of shape {value.shape}"
+    return f"{type(value).__name__} {value!r}"[:80]
+
+
 class FlatObservation(gym.ObservationWrapper):
     """One env's observations as the net is fed them (the module docstring's table): a Box of
     one or three dimensions cast to float32 keeps its shape, everything else becomes one
@@ -167,10 +204,34 @@ class FlatObservation(gym.ObservationWrapper):
         self.observation_space = gym.spaces.Box(
             low.astype(np.float32), high.astype(np.float32), dtype=np.float32
         )
+        self.leaves = _leaf_paths(kept)
+        self.env_id = env_id
 
     def observation(self, observation: Any) -> np.ndarray:
         if self.drop_keys:
             observation = {k: v for k, v in observation.items() if k not in self.drop_keys}
+        self.check(observation)
         if self.shape is not None:
             return np.asarray(observation, np.float32)
         return np.asarray(gym.spaces.flatten(self.kept, observation), np.float32)
+
+    def check(self, observation: Any) -> None:
+        """ValueError naming the leaf's path (``obs["image"]``, ``obs[1]``), what its space
+        expects and what came, when ``observation`` does not fit the env's declared space (a
+        missing key, another shape or dtype in one leaf, a Discrete value out of range); before
+        anything is encoded, so nothing reaches a rollout from it."""
+        for keys, space in self.leaves:
+            value = observation
+            for depth, key in enumerate(keys):
+                try:
+                    value = value[key]
+                except (KeyError, IndexError, TypeError):
+                    raise self._error(keys[: depth + 1], space, "is missing") from None
+            problem = _leaf_problem(space, value)
+            if problem is not None:
+                raise self._error(keys, space, f"should be {problem}")
+
+    def _error(self, keys: tuple, space: gym.Space, what: str) -> ValueError:
+        env = f"env {self.env_id!r}: " if self.env_id else ""
+        leaf = f"{_path_name(keys)} " if keys else "the observation "
+        return ValueError(f"{env}{leaf}{what}: its space is {space}")

@@ -223,5 +223,5 @@ def test_a_checkpoint_records_its_spaces_and_resume_checks_them(tmp_path) -> Non
                          resume=path)  # fmt: skip
     assert again.run().env_steps >= 4_000
     with pytest.raises(rlpar.checkpoint.CheckpointError, match=r"action space MultiDiscrete"):
-        rlpar.Runner(rlpar.make_agent("impala", options),
-                     EnvConfig("rlpar-test/CueDiscrete7-v0"), runtime(4_000), resume=path)  # fmt: skip
+        rlpar.Runner(rlpar.make_agent("impala", options), EnvConfig("rlpar-test/CueDiscrete7-v0"),
+                     runtime(4_000), resume=path)  # fmt: skip

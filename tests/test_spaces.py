@@ -5,6 +5,8 @@ async and double-buffered modes and in evaluation."""
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -189,3 +191,27 @@ def test_a_missing_env_dependency_is_one_line() -> None:
     with pytest.raises(ValueError, match=match) as info:
         make_actor_envs(EnvConfig("rlpar-test/NeedsBox2D-v0"), 2)
     assert info.value.__cause__ is None and "\n" not in str(info.value)
+
+
+NESTED = Dict({"image": Box(0, 255, (3, 4, 1), np.uint8),
+               "t": gym.spaces.Tuple((Discrete(3), Box(-1.0, 1.0, (2,), np.float32)))})  # fmt: skip
+GOOD = {"image": np.zeros((3, 4, 1), np.uint8), "t": (1, np.zeros(2, np.float32))}
+
+
+@pytest.mark.parametrize(
+    ("obs", "match"),
+    [
+        ({"t": GOOD["t"]}, 'obs["image"] is missing: its space is Box(0, 255, (3, 4, 1), uint8)'),
+        ({**GOOD, "image": np.zeros((4, 3, 1), np.uint8)},
+         'obs["image"] should be shape (3, 4, 1), got uint8 array of shape (4, 3, 1)'),
+        ({**GOOD, "t": (5, np.zeros(2))}, 'obs["t"][0] should be an integer in [0, 3), got 5'),
+        ({**GOOD, "t": (1,)}, 'obs["t"][1] is missing'),
+        ({**GOOD, "t": (1, np.zeros(3))}, 'obs["t"][1] should be shape (2,), got float64 array'),
+    ],
+)  # fmt: skip
+def test_an_observation_that_does_not_fit_its_leaf_names_the_leaf(obs, match) -> None:
+    env = encoded(SpaceEnv(NESTED, [obs]), env_id="rlpar-test/Nested-v0")
+    with pytest.raises(ValueError, match=re.escape(f"env 'rlpar-test/Nested-v0': {match}")):
+        env.reset()
+    good = encoded(SpaceEnv(NESTED, [GOOD]))
+    assert good.reset()[0].shape == (12 + 3 + 2,)
