@@ -5,9 +5,9 @@
 //   matrix.
 //   For channels-last data and one kernel row `ky`, the patch of an output position is one
 //   contiguous run of K*C floats of the input, so each micro-kernel reads the input in place:
-//     forward  y[p, oc]    = sum_{ky, j} x[p @ ky, j] * w[ky, j, oc]   (R positions x lanes*NV channels)
-//     weights  dw[ky,j,oc] += sum_p x[p @ ky, j] * dy[p, oc]          (KR patch rows x lanes*NV channels)
-//     data     dx[p @ ky, j] += sum_oc dy[p, oc] * w[ky, j, oc]        (R positions x lanes*NV columns)
+//     forward  y[p, oc]    = sum_{ky, j} x[p @ ky, j] * w[ky, j, oc]   (R positions x NV vectors)
+//     weights  dw[ky,j,oc] += sum_p x[p @ ky, j] * dy[p, oc]          (KR patch rows x NV vectors)
+//     data     dx[p @ ky, j] += sum_oc dy[p, oc] * w[ky, j, oc]        (R positions x NV vectors)
 //   with the accumulators in registers. Bias and ReLU are applied in the forward's epilogue.
 //   A padded conv works on a zero-padded copy of one sample at a time.
 // - Portable: im2col + one Eigen GEMM per chunk of samples (builds without AVX2 + FMA).
@@ -219,7 +219,9 @@ void fwd_positions(float* y, const float* x, const float* w, const float* b, int
 void fast_forward(float* y, const float* x, const float* w, const float* b, int64_t m,
                   const ConvShape& s, bool relu) {
   for (int64_t oc0 = 0; oc0 < s.oc; oc0 += kLanes * kMaxVectors) {
-    with_vectors(s.oc - oc0, [&](auto nv) { fwd_positions<decltype(nv)::value>(y, x, w, b, oc0, m, s, relu); });
+    with_vectors(s.oc - oc0, [&](auto nv) {
+      fwd_positions<decltype(nv)::value>(y, x, w, b, oc0, m, s, relu);
+    });
   }
 }
 
@@ -246,14 +248,17 @@ void dw_sample(float* dw, const float* dy, const float* x, int64_t oc0, const Co
 void fast_weight_grad(float* dw, const float* dy, const float* x, const ConvShape& s, int64_t r0,
                       int64_t r1) {
   for (int64_t oc0 = 0; oc0 < s.oc; oc0 += kLanes * kMaxVectors) {
-    with_vectors(s.oc - oc0, [&](auto nv) { dw_sample<decltype(nv)::value>(dw, dy, x, oc0, s, r0, r1); });
+    with_vectors(s.oc - oc0, [&](auto nv) {
+      dw_sample<decltype(nv)::value>(dw, dy, x, oc0, s, r0, r1);
+    });
   }
 }
 
 // The data gradient reads the weight as panels: for each kernel row ky and each block of up to
-// 64 columns of that row's run (K * C floats), an [OC, width] block, contiguous (width rounded
-// up to 16). A plain transposed weight [OC, patch] has rows >= 2 KiB apart for the Nature torso's
-// convs, which defeats the stride prefetcher. Measured in one process, alternating, best of 6
+// kDxCols columns of that row's run (K * C floats; 64 with AVX-512, 16 with AVX2), an
+// [OC, width] block, contiguous (width rounded up to whole vectors). A plain transposed weight
+// [OC, patch] has rows >= 2 KiB apart for the Nature torso's convs, which defeats the stride
+// prefetcher. Measured with AVX-512 in one process, alternating, best of 6
 // (GFLOP/s, transposed weight -> panels): 20x20x32 -> 64 4x4/2 at batch 32 102-104 -> 117-119
 // and 256 89-90 -> 101; 9x9x64 -> 64 3x3/1 104-106 -> 117-120 and 98-103 -> 110-116; a first
 // layer (84x84x4, 8x8/4) and a padded 3x3 within 4 % either way. The same floats.
