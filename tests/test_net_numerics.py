@@ -154,6 +154,10 @@ CONV_CASES = {
     "stacked": [Conv2d(4, 3, 2, 1), ReLU(), Conv2d(6, 2, 1, 1), Tanh()],
     # More than one 64-channel tile, partial (masked) tiles, padded and strided after a fused ReLU.
     "wide": [Conv2d(80, 3), ReLU(), Conv2d(37, 2, 2, 1), ReLU(), Conv2d(16, 3, 1, 1)],
+    # The Nature torso's first kernel (8 x 8, stride 4); channel counts with one-lane tails on
+    # 8-float (AVX2) vectors: 17 = 16 + 1, 25 = 16 + 8 + 1, patch runs of 2 x 9 = 18 columns.
+    "k8s4": [Conv2d(17, 8, stride=4)],
+    "odd_tails": [Conv2d(9, 3, 2), ReLU(), Conv2d(25, 2, 1, 1)],
 }
 
 
@@ -316,6 +320,14 @@ def test_backward_big_conv_net_sampled_coordinates() -> None:
     check_backward(net, batch=4, per_block=12)
 
 
+def test_backward_conv_tails_sampled_coordinates() -> None:
+    # Batch 1, an 8 x 8 kernel at stride 4 and 2 x 2 at stride 2, channel counts (17, 9) and patch
+    # runs (24, 34) that are not whole register tiles: masked tails in every conv kernel.
+    layers = [Conv2d(17, 8, 4), ReLU(), Conv2d(9, 2, 2, 1), Tanh(), Flatten(), Linear(6), Tanh()]
+    net = Net(NetSpec((20, 16, 3), layers, [Categorical(3), Value()]))
+    check_backward(net, batch=1, per_block=12)
+
+
 def test_backward_wide_layers_sampled_coordinates() -> None:
     # Several 64-column tiles with masked tails, a K-blocked linear (980 inputs), fused ReLUs.
     layers = [
@@ -392,7 +404,7 @@ def test_backward_trailing_zero_rows_add_nothing(name: str, zero_rows: int) -> N
     _, tape = net.forward_train(params, obs)
     _, head = net.forward_train(params, obs[: rows - zero_rows])
     got, want = net.backward(tape, dout), net.backward(head, dout[: rows - zero_rows].copy())
-    if _native.simd_kernels():
+    if _native.simd_kernels() == "avx512":
         np.testing.assert_array_equal(got, want)
     else:  # Eigen's GEMMs round a batch's last rows in other code: the forwards differ by ulps
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())

@@ -525,9 +525,10 @@ void bind_net(py::module_& m) {
 
   m.def("amx_available", &rlpar::amx::available,
         "True when this CPU and OS run Intel AMX-BF16 tiles, which LSTM(matmul='bf16x3') needs.");
-  m.def("simd_kernels", &rlpar::layers::conv2d_uses_simd,
-        "True when Conv2d and Linear run rlpar's AVX-512 kernels (a -march=native build on a CPU "
-        "with AVX-512), False for the portable Eigen path.");
+  m.def("simd_kernels", [] { return std::string(rlpar::layers::conv2d_simd_kernels()); },
+        "Which of rlpar's register-blocked kernels this build runs: 'avx512' (Conv2d and Linear; a "
+        "build for a CPU with AVX-512), 'avx2' (Conv2d only, AVX2 + FMA without AVX-512: an "
+        "-march=x86-64-v3 build; Linear stays on Eigen), or '' (the portable Eigen path).");
 
   py::class_<rlpar::ThreadPool>(m, "ThreadPool",
                                 "Worker threads for intra-op parallelism of one caller's net calls.")

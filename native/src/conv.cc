@@ -1,27 +1,33 @@
 // Conv2d forward/backward, channels last. Two paths behind one interface (rlpar/layers.h):
 //
-// - AVX-512 (built with -march=native on a CPU that has it): implicit GEMM, no im2col matrix.
+// - SIMD (a build for a CPU with AVX-512, avx512_kernels.h, or with AVX2 + FMA and no AVX-512,
+//   avx2_kernels.h: the same kernels on 16-float or 8-float vectors): implicit GEMM, no im2col
+//   matrix.
 //   For channels-last data and one kernel row `ky`, the patch of an output position is one
 //   contiguous run of K*C floats of the input, so each micro-kernel reads the input in place:
-//     forward  y[p, oc]    = sum_{ky, j} x[p @ ky, j] * w[ky, j, oc]   (R positions x 16*NV channels)
-//     weights  dw[ky,j,oc] += sum_p x[p @ ky, j] * dy[p, oc]          (KR patch rows x 16*NV channels)
-//     data     dx[p @ ky, j] += sum_oc dy[p, oc] * w[ky, j, oc]        (R positions x 16*NV columns)
+//     forward  y[p, oc]    = sum_{ky, j} x[p @ ky, j] * w[ky, j, oc]   (R positions x NV vectors)
+//     weights  dw[ky,j,oc] += sum_p x[p @ ky, j] * dy[p, oc]          (KR patch rows x NV vectors)
+//     data     dx[p @ ky, j] += sum_oc dy[p, oc] * w[ky, j, oc]        (R positions x NV vectors)
 //   with the accumulators in registers. Bias and ReLU are applied in the forward's epilogue.
 //   A padded conv works on a zero-padded copy of one sample at a time.
-// - Portable: im2col + one Eigen GEMM per chunk of samples (x86-64 baseline builds).
+// - Portable: im2col + one Eigen GEMM per chunk of samples (builds without AVX2 + FMA).
 //
 // Summation order is fixed by the shapes alone (never by alignment or thread), so results are
 // bit-identical from call to call and from thread to thread.
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "eigen_maps.h"
 #include "rlpar/layers.h"
 
 #if defined(__AVX512F__)
 #include "avx512_kernels.h"
-#define RLPAR_CONV_AVX512 1
+#define RLPAR_CONV_SIMD 1
+#elif defined(__AVX2__) && defined(__FMA__)
+#include "avx2_kernels.h"
+#define RLPAR_CONV_SIMD 1
 #endif
 
 namespace rlpar::layers {
@@ -31,7 +37,7 @@ int64_t sample_size(const ConvShape& s) { return s.h * s.w * s.c; }
 
 // ---------------------------------------------------------------------------------------------
 // Portable path: im2col + Eigen GEMM.
-#if !RLPAR_CONV_AVX512
+#if !RLPAR_CONV_SIMD
 
 // im2col scratch per call is capped near this many floats; larger batches run in chunks.
 constexpr int64_t kColBudgetFloats = 1 << 18;
@@ -127,11 +133,11 @@ void gemm_backward(float* dx, float* dw, const float* dy, const float* x, const 
   }
 }
 
-#endif  // !RLPAR_CONV_AVX512
+#endif  // !RLPAR_CONV_SIMD
 
 // ---------------------------------------------------------------------------------------------
-// AVX-512 path: implicit-GEMM micro-kernels.
-#if RLPAR_CONV_AVX512
+// SIMD path: implicit-GEMM micro-kernels.
+#if RLPAR_CONV_SIMD
 
 // The same conv on an input already padded: what the kernels see after `pad_sample`.
 ConvShape unpadded(const ConvShape& s) {
@@ -164,6 +170,16 @@ void crop_sample(float* dst, const float* src, const ConvShape& s) {
 
 using namespace simd;
 
+// Calls fn(std::integral_constant<int, NV>) with NV = the vectors that `n` columns need, at most
+// kMaxVectors (a tile's width).
+template <int NV = 1, typename Fn>
+void with_vectors(int64_t n, Fn&& fn) {
+  if constexpr (NV < kMaxVectors) {
+    if (n > NV * kLanes) return with_vectors<NV + 1>(n, fn);
+  }
+  fn(std::integral_constant<int, NV>{});
+}
+
 // Where the patch of each output position starts in an unpadded input, for `count` positions
 // from flat position `p0` (over samples, then oy, then ox).
 void patch_starts(const float** a, const float* x, int64_t p0, int64_t count, const ConvShape& s) {
@@ -190,7 +206,7 @@ void fwd_positions(float* y, const float* x, const float* w, const float* b, int
   constexpr int R = tile_rows<NV>();
   const float* a[R];
   FwdArgs g{a, s.k, s.k * s.c, s.w * s.c, w + oc0, b + oc0, s.oc, nullptr,
-            tail_mask(s.oc - oc0 - 16 * (NV - 1)), relu};
+            tail_mask(s.oc - oc0 - kLanes * (NV - 1)), relu};
   for (int64_t p0 = 0; p0 < m; p0 += R) {
     const int64_t rows = std::min<int64_t>(R, m - p0);
     patch_starts(a, x, p0, rows, s);
@@ -202,17 +218,14 @@ void fwd_positions(float* y, const float* x, const float* w, const float* b, int
 // y: [m positions, OC] for the unpadded conv `s` over `x` (m = samples x positions).
 void fast_forward(float* y, const float* x, const float* w, const float* b, int64_t m,
                   const ConvShape& s, bool relu) {
-  for (int64_t oc0 = 0; oc0 < s.oc; oc0 += 16 * kMaxVectors) {
-    switch ((std::min<int64_t>(s.oc - oc0, 16 * kMaxVectors) + 15) / 16) {
-      case 1: fwd_positions<1>(y, x, w, b, oc0, m, s, relu); break;
-      case 2: fwd_positions<2>(y, x, w, b, oc0, m, s, relu); break;
-      case 3: fwd_positions<3>(y, x, w, b, oc0, m, s, relu); break;
-      default: fwd_positions<4>(y, x, w, b, oc0, m, s, relu); break;
-    }
+  for (int64_t oc0 = 0; oc0 < s.oc; oc0 += kLanes * kMaxVectors) {
+    with_vectors(s.oc - oc0, [&](auto nv) {
+      fwd_positions<decltype(nv)::value>(y, x, w, b, oc0, m, s, relu);
+    });
   }
 }
 
-// dw += the weight gradient of one unpadded sample, for channels oc0 .. oc0 + 16 NV and the
+// dw += the weight gradient of one unpadded sample, for channels oc0 .. oc0 + kLanes NV and the
 // patch rows (ky * K * C + j) in [r0, r1). Each weight sums the positions in order, so a slice
 // of rows gives the same floats as the whole.
 template <int NV>
@@ -221,7 +234,7 @@ void dw_sample(float* dw, const float* dy, const float* x, int64_t oc0, const Co
   constexpr int KR = tile_rows<NV>();
   const int64_t run = s.k * s.c;
   DwArgs g{nullptr, dy + oc0, nullptr, s.oc, s.oh, s.ow, s.stride * s.c, s.stride * s.w * s.c,
-           tail_mask(s.oc - oc0 - 16 * (NV - 1))};
+           tail_mask(s.oc - oc0 - kLanes * (NV - 1))};
   for (int64_t ky = r0 / run; ky < s.k && ky * run < r1; ++ky) {
     const int64_t j_end = std::min(run, r1 - ky * run);
     for (int64_t j = std::max<int64_t>(0, r0 - ky * run); j < j_end; j += KR) {
@@ -234,35 +247,33 @@ void dw_sample(float* dw, const float* dy, const float* x, int64_t oc0, const Co
 
 void fast_weight_grad(float* dw, const float* dy, const float* x, const ConvShape& s, int64_t r0,
                       int64_t r1) {
-  for (int64_t oc0 = 0; oc0 < s.oc; oc0 += 16 * kMaxVectors) {
-    switch ((std::min<int64_t>(s.oc - oc0, 16 * kMaxVectors) + 15) / 16) {
-      case 1: dw_sample<1>(dw, dy, x, oc0, s, r0, r1); break;
-      case 2: dw_sample<2>(dw, dy, x, oc0, s, r0, r1); break;
-      case 3: dw_sample<3>(dw, dy, x, oc0, s, r0, r1); break;
-      default: dw_sample<4>(dw, dy, x, oc0, s, r0, r1); break;
-    }
+  for (int64_t oc0 = 0; oc0 < s.oc; oc0 += kLanes * kMaxVectors) {
+    with_vectors(s.oc - oc0, [&](auto nv) {
+      dw_sample<decltype(nv)::value>(dw, dy, x, oc0, s, r0, r1);
+    });
   }
 }
 
 // The data gradient reads the weight as panels: for each kernel row ky and each block of up to
-// 64 columns of that row's run (K * C floats), an [OC, width] block, contiguous (width rounded
-// up to 16). A plain transposed weight [OC, patch] has rows >= 2 KiB apart for the Nature torso's
-// convs, which defeats the stride prefetcher. Measured in one process, alternating, best of 6
+// kDxCols columns of that row's run (K * C floats; 64 with AVX-512, 16 with AVX2), an
+// [OC, width] block, contiguous (width rounded up to whole vectors). A plain transposed weight
+// [OC, patch] has rows >= 2 KiB apart for the Nature torso's convs, which defeats the stride
+// prefetcher. Measured with AVX-512 in one process, alternating, best of 6
 // (GFLOP/s, transposed weight -> panels): 20x20x32 -> 64 4x4/2 at batch 32 102-104 -> 117-119
 // and 256 89-90 -> 101; 9x9x64 -> 64 3x3/1 104-106 -> 117-120 and 98-103 -> 110-116; a first
 // layer (84x84x4, 8x8/4) and a padded 3x3 within 4 % either way. The same floats.
-constexpr int64_t kDxCols = 16 * kMaxVectors;
+constexpr int64_t kDxCols = kLanes * kMaxVectors;
 
-int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+int64_t round_lanes(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
-int64_t dx_panel_floats(const ConvShape& s) { return s.k * s.oc * round16(s.k * s.c); }
+int64_t dx_panel_floats(const ConvShape& s) { return s.k * s.oc * round_lanes(s.k * s.c); }
 
-// Where the panel of kernel row ky, columns col0 .. col0 + 64 of its run, starts, and its row
-// length.
+// Where the panel of kernel row ky, columns col0 .. col0 + kDxCols of its run, starts, and its
+// row length.
 int64_t dx_panel(const ConvShape& s, int64_t ky, int64_t col0, int64_t* ld) {
   const int64_t run = s.k * s.c;
-  *ld = std::min(kDxCols, round16(run - col0));
-  return ky * s.oc * round16(run) + col0 * s.oc;
+  *ld = std::min(kDxCols, round_lanes(run - col0));
+  return ky * s.oc * round_lanes(run) + col0 * s.oc;
 }
 
 // panel[o][j] = w[ky * run + col0 + j][o] for every panel.
@@ -274,10 +285,10 @@ void pack_dx_panels(float* wtp, const float* w, const ConvShape& s) {
       float* dst = wtp + dx_panel(s, ky, col0, &ld);
       const float* src = w + (ky * run + col0) * s.oc;
       const int64_t width = std::min(kDxCols, run - col0);
-      const int64_t w16 = width / 16 * 16, o16 = s.oc / 16 * 16;
-      for (int64_t j = 0; j < w16; j += 16) {
-        for (int64_t o = 0; o < o16; o += 16) {
-          transpose16(dst + o * ld + j, ld, src + j * s.oc + o, s.oc);
+      const int64_t w16 = width / kLanes * kLanes, o16 = s.oc / kLanes * kLanes;
+      for (int64_t j = 0; j < w16; j += kLanes) {
+        for (int64_t o = 0; o < o16; o += kLanes) {
+          transpose_block(dst + o * ld + j, ld, src + j * s.oc + o, s.oc);
         }
       }
       for (int64_t j = 0; j < width; ++j) {
@@ -291,11 +302,11 @@ template <int NV>
 void dx_columns(const float* dy, const float* wtp, int64_t p0, int64_t rows, int64_t col0,
                 float* const* base, const ConvShape& s) {
   constexpr int R = tile_rows<NV>();
-  const int64_t run = s.k * s.c, width = std::min<int64_t>(16 * NV, run - col0);
+  const int64_t run = s.k * s.c, width = std::min<int64_t>(kLanes * NV, run - col0);
   float* starts[R];
   const float* dys[R];
   for (int64_t r = 0; r < rows; ++r) dys[r] = dy + (p0 + r) * s.oc;
-  DxArgs g{starts, dys, nullptr, s.oc, 0, tail_mask(width - 16 * (NV - 1))};
+  DxArgs g{starts, dys, nullptr, s.oc, 0, tail_mask(width - kLanes * (NV - 1))};
   for (int64_t ky = 0; ky < s.k; ++ky) {
     for (int64_t r = 0; r < rows; ++r) starts[r] = base[r] + ky * s.w * s.c + col0;
     g.wt = wtp + dx_panel(s, ky, col0, &g.ldwt);
@@ -306,7 +317,7 @@ void dx_columns(const float* dy, const float* wtp, int64_t p0, int64_t rows, int
 // dx (zeroed by the caller) += the data gradient of m unpadded positions; wt: pack_dx_panels'.
 void fast_data_grad(float* dx, const float* dy, const float* wt, int64_t m, const ConvShape& s) {
   constexpr int R = tile_rows<kMaxVectors>();
-  static_assert(tile_rows<1>() >= R && tile_rows<2>() >= R && tile_rows<3>() >= R);
+  static_assert(tile_rows<1>() >= R && tile_rows<kMaxVectors - 1>() >= R);
   const int64_t run = s.k * s.c;
   float* base[R];
   for (int64_t p0 = 0; p0 < m; p0 += R) {
@@ -314,26 +325,25 @@ void fast_data_grad(float* dx, const float* dy, const float* wt, int64_t m, cons
     const float* starts[R];
     patch_starts(starts, dx, p0, rows, s);
     for (int64_t r = 0; r < rows; ++r) base[r] = const_cast<float*>(starts[r]);
-    for (int64_t col0 = 0; col0 < run; col0 += 16 * kMaxVectors) {
-      switch ((std::min<int64_t>(run - col0, 16 * kMaxVectors) + 15) / 16) {
-        case 1: dx_columns<1>(dy, wt, p0, rows, col0, base, s); break;
-        case 2: dx_columns<2>(dy, wt, p0, rows, col0, base, s); break;
-        case 3: dx_columns<3>(dy, wt, p0, rows, col0, base, s); break;
-        default: dx_columns<4>(dy, wt, p0, rows, col0, base, s); break;
-      }
+    for (int64_t col0 = 0; col0 < run; col0 += kLanes * kMaxVectors) {
+      with_vectors(run - col0, [&](auto nv) {
+        dx_columns<decltype(nv)::value>(dy, wt, p0, rows, col0, base, s);
+      });
     }
   }
 }
 
-#endif  // RLPAR_CONV_AVX512
+#endif  // RLPAR_CONV_SIMD
 
 }  // namespace
 
-bool conv2d_uses_simd() {
-#if RLPAR_CONV_AVX512
-  return true;
+const char* conv2d_simd_kernels() {
+#if defined(__AVX512F__)
+  return "avx512";
+#elif RLPAR_CONV_SIMD
+  return "avx2";
 #else
-  return false;
+  return "";
 #endif
 }
 
@@ -345,7 +355,7 @@ int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad) {
 }
 
 int64_t conv2d_scratch_floats(const ConvShape& s, int64_t batch, bool backward) {
-#if RLPAR_CONV_AVX512
+#if RLPAR_CONV_SIMD
   (void)batch;
   const int64_t padded = s.pad > 0 ? sample_size(unpadded(s)) : 0;
   return backward ? dx_panel_floats(s) + 2 * padded : padded;
@@ -357,7 +367,7 @@ int64_t conv2d_scratch_floats(const ConvShape& s, int64_t batch, bool backward) 
 
 void conv2d_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
                     const ConvShape& s, bool relu, float* scratch) {
-#if RLPAR_CONV_AVX512
+#if RLPAR_CONV_SIMD
   if (s.pad == 0) return fast_forward(y, x, w, b, batch * s.positions(), s, relu);
   const ConvShape q = unpadded(s);
   for (int64_t n = 0; n < batch; ++n) {
@@ -372,7 +382,7 @@ void conv2d_forward(float* y, const float* x, const float* w, const float* b, in
 void conv2d_weight_grad(float* dw, float* db, const float* dy, const float* x, int64_t batch,
                         const ConvShape& s, int64_t part, int64_t parts, float* scratch) {
   const int64_t pos = s.positions();
-#if RLPAR_CONV_AVX512
+#if RLPAR_CONV_SIMD
   int64_t c0, c1, r0, r1;
   split_range(s.oc, parts, part, &c0, &c1);
   split_range(s.patch(), parts, part, &r0, &r1);
@@ -400,7 +410,7 @@ void conv2d_weight_grad(float* dw, float* db, const float* dy, const float* x, i
 
 void conv2d_data_grad(float* dx, const float* dy, const float* w, int64_t batch,
                       const ConvShape& s, float* scratch) {
-#if RLPAR_CONV_AVX512
+#if RLPAR_CONV_SIMD
   const int64_t pos = s.positions();
   float* wt = scratch;  // dx_panel_floats(s)
   pack_dx_panels(wt, w, s);
