@@ -13,7 +13,7 @@ def amx_available() -> bool:
     """
     True when this CPU and OS run Intel AMX-BF16 tiles, which LSTM(matmul='bf16x3') needs.
     """
-def simd_kernels() -> bool:
+def simd_kernels() -> str:
     """
     True when Conv2d and Linear run rlpar's AVX-512 kernels (a -march=native build on a CPU with AVX-512), False for the portable Eigen path.
     """

@@ -225,7 +225,9 @@ def bench_net(quick: bool = False) -> dict:
          "conv_forward_ms", "conv_train_ms", "conv_gflops", "conv_learner_threads": see
          `rlpar.bench.conv.bench_conv`,
          "gil_release_threshold_flops": float, "torch_threads": 1, "numpy_blas_threads": 1,
-         "ratios": {...}, "background_load_cores": float}
+         "ratios": {...}, "background_load_cores": float,
+         "kernels": "avx512" | "avx2" | "" (the conv and Linear kernels this build has: AVX-512,
+         AVX2 + FMA for conv, or Eigen alone), "amx": bool}
 
     ``mlp`` is ``mlp_spec(4, [Categorical(2), Value()])`` (batches 1, 32, 256), ``conv`` the
     Nature-DQN torso on uint8 frames ``[84, 84, 4]`` (batches 1, 32). Thread scaling and the
@@ -252,6 +254,8 @@ def bench_net(quick: bool = False) -> dict:
         }
     result["ratios"] = {**_net_ratios(result), **conv_ratios(result)}
     result["background_load_cores"] = load.cores
+    result["kernels"] = _native.simd_kernels()
+    result["amx"] = rlpar.amx_available()
     return result
 
 
@@ -280,7 +284,9 @@ def _net_ratios(r: dict) -> dict:
 
 def format_net(r: dict) -> str:
     """A readable table of a `bench_net` result."""
-    lines = ["forward, µs per call (median)"]
+    kernels = {"avx512": "AVX-512 (conv, Linear)", "avx2": "AVX2 + FMA (conv)", "": "Eigen only"}
+    lines = [f"kernels: {kernels.get(r.get('kernels', ''), r.get('kernels'))}"
+             f"{', AMX' if r.get('amx') else ''}", "forward, µs per call (median)"]  # fmt: skip
     for net, by_impl in r["forward_us"].items():
         batches = list(by_impl["native"])
         lines.append(f"  {net:<5} {'batch':>8}" + "".join(f"{b:>10}" for b in batches))
