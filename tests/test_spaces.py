@@ -215,3 +215,17 @@ def test_an_observation_that_does_not_fit_its_leaf_names_the_leaf(obs, match) ->
         env.reset()
     good = encoded(SpaceEnv(NESTED, [GOOD]))
     assert good.reset()[0].shape == (12 + 3 + 2,)
+
+
+def test_an_lstm_core_runs_on_an_encoded_dict_observation() -> None:
+    """Actors carry the core's state beside a flattened Dict observation, and the learner
+    backpropagates through it: the run steps, learns and evaluates."""
+    env = EnvConfig("rlpar-test/DictObs-v0", drop_keys=["mission"])
+    runtime = RuntimeConfig(num_actors=1, envs_per_actor=4, unroll_length=8, seed=0,
+                            total_env_steps=2_000, checkpoint_interval_s=None)  # fmt: skip
+    agent = rlpar.make_agent("impala", {"net": {"lstm": 16}})
+    runner = rlpar.Runner(agent, env, runtime, evaluation=EvalConfig(episodes=2))
+    assert runner.net.spec.input_shape == (12 + 2,) and runner.net.recurrent
+    result = runner.run()
+    assert result.learner_steps > 0 and result.evaluation is not None
+    assert result.evaluation[0]["episodes"] == 2
