@@ -346,6 +346,31 @@ def test_backward_wide_linear_many_rows_sampled_coordinates() -> None:
     check_backward(net, batch=70, per_block=8)
 
 
+# Linear widths that are not whole 8-float (AVX2) or 16-float (AVX-512) vectors, down to one
+# lane, on one and two inputs (K of 1 and 2): masked tails in every linear kernel and its column
+# sums. 521 = 512 + 9 outputs take the wide-weight paths (the few-rows tiles at 4-32 rows).
+LINEAR_TAIL_CASES = {
+    "k1_w1": NetSpec((1,), [Linear(1), Tanh()], [Value()]),
+    "k2_w9_w7": NetSpec((2,), [Linear(9), Tanh(), Linear(7), Tanh()], [Categorical(3)]),
+    "k3_w17_w23_w33": NetSpec(
+        (3,),
+        [Linear(17), Tanh(), Linear(23), Tanh(), Linear(33), Tanh()],
+        [Categorical(5), Value()],
+    ),
+    "k2_w521": NetSpec((2,), [Linear(521), Tanh()], [Categorical(3)]),
+}
+
+
+@pytest.mark.parametrize("batch", [1, 2, 5, 13])
+@pytest.mark.parametrize("case", sorted(LINEAR_TAIL_CASES))
+def test_linear_tails_match_reference(case: str, batch: int) -> None:
+    net = Net(LINEAR_TAIL_CASES[case])
+    params = random_params(net, 7)
+    obs = random_obs(net.spec, batch, 8)
+    np.testing.assert_allclose(net.forward(params, obs), ref_forward(net, params, obs), **FWD_TOL)
+    check_backward(net, batch=batch, seed=9, per_block=16)
+
+
 def test_backward_gaussian_log_std_gradient_is_column_sum() -> None:
     net = Net(NetSpec((3,), [], [Gaussian(2)]))
     params = random_params(net, 0)
@@ -392,8 +417,8 @@ TRAILING_ZERO_NETS = {
 def test_backward_trailing_zero_rows_add_nothing(name: str, zero_rows: int) -> None:
     # A feed-forward net leaves out the last rows whose output gradient is all zero (an
     # actor-critic loss's bootstrap rows): the gradient is the one of the other rows alone (the
-    # same floats with the AVX-512 kernels, within rounding on the Eigen path), and -0.0 counts
-    # as zero.
+    # same floats with the SIMD kernels, AVX-512 or AVX2, within rounding on the Eigen path), and
+    # -0.0 counts as zero.
     net = TRAILING_ZERO_NETS[name]()
     params = random_params(net, 31)
     rows = 48
@@ -404,7 +429,7 @@ def test_backward_trailing_zero_rows_add_nothing(name: str, zero_rows: int) -> N
     _, tape = net.forward_train(params, obs)
     _, head = net.forward_train(params, obs[: rows - zero_rows])
     got, want = net.backward(tape, dout), net.backward(head, dout[: rows - zero_rows].copy())
-    if _native.simd_kernels() == "avx512":
+    if _native.simd_kernels() in ("avx512", "avx2"):
         np.testing.assert_array_equal(got, want)
     else:  # Eigen's GEMMs round a batch's last rows in other code: the forwards differ by ulps
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
