@@ -10,21 +10,15 @@
 
 #include "eigen_maps.h"
 
-// The SIMD path: the register tiles of simd_tiles.h on 16-float (AVX-512) or 8-float (AVX2 + FMA
-// without AVX-512) vectors, as conv.cc; else Eigen. The thresholds and tile shapes below were
-// measured with AVX-512 (GFLOP/s figures in the comments) unless a comment names AVX2.
 #if defined(__AVX512F__)
 #include "avx512_kernels.h"
-#define RLPAR_LINEAR_SIMD 1
-#elif defined(__AVX2__) && defined(__FMA__)
-#include "avx2_kernels.h"
-#define RLPAR_LINEAR_SIMD 1
+#define RLPAR_LINEAR_AVX512 1
 #endif
 
 namespace rlpar::layers {
 namespace {
 
-#if RLPAR_LINEAR_SIMD
+#if RLPAR_LINEAR_AVX512
 // Rows of w per pass of the forward: a 512 x 64 block of the weight (128 KiB) stays in L2 while
 // every row tile of the batch uses it.
 constexpr int64_t kLinearBlock = 512;
@@ -52,7 +46,7 @@ enum class WeightRead {
   kPacked,
 };
 
-// y[:, oc0 .. oc0 + kLanes NV] = x w (+ b, ReLU); b may be nullptr. `add`: y += x w instead.
+// y[:, oc0 .. oc0 + 16 NV] = x w (+ b, ReLU); b may be nullptr. `add`: y += x w instead.
 // Tiles of R rows.
 template <int NV, int R = simd::tile_rows<NV>()>
 void linear_forward_columns(float* y, const float* x, const float* w, const float* b,
@@ -60,13 +54,13 @@ void linear_forward_columns(float* y, const float* x, const float* w, const floa
                             bool add = false, WeightRead read = WeightRead::kInPlace) {
   const float* a[R];
   simd::FwdArgs g{a, 1, 0, 0, nullptr, b ? b + oc0 : nullptr, out, nullptr,
-                  simd::tail_mask(out - oc0 - simd::kLanes * (NV - 1)), relu};
+                  simd::tail_mask(out - oc0 - 16 * (NV - 1)), relu};
   // A packed panel is prefetched too: its 64-column rows are contiguous, but the tiles stream
   // 256 B a row from L2 (measured in one process, alternating, best of 5, GFLOP/s, without ->
   // with: the Nature torso's 3136 -> 512 at 640 rows 125-130 -> 140-141, the LSTM's 256 -> 1024
   // at 256 rows 133-137 -> 143-148 and at 5120 rows 117-120 -> 123-128).
   g.prefetch = read != WeightRead::kInPlace;
-  constexpr int64_t kPanelCols = simd::kLanes * NV;
+  constexpr int64_t kPanelCols = 16 * NV;
   thread_local std::vector<float> panel;
   if (read == WeightRead::kPacked) {
     panel.resize(kLinearBlock * kPanelCols);
@@ -94,7 +88,7 @@ void linear_forward_columns(float* y, const float* x, const float* w, const floa
 // ~70 GFLOP/s streaming all samples per tile).
 constexpr int64_t kDwSamples = 64;
 
-// dw[:, oc0 .. oc0 + kLanes NV] += x^T dy, KR rows of dw at a time, samples in order (each tile's
+// dw[:, oc0 .. oc0 + 16 NV] += x^T dy, KR rows of dw at a time, samples in order (each tile's
 // accumulators are stored and reloaded between passes, which changes no float).
 // Rows j0 .. j1 of dw only (any slice gives the floats of the whole).
 template <int NV>
@@ -104,7 +98,7 @@ void linear_weight_grad_columns(float* dw, const float* dy, const float* x, int6
   for (int64_t n0 = 0; n0 < batch; n0 += kDwSamples) {
     simd::DwArgs g{nullptr, dy + n0 * out + oc0, nullptr, out, 1,
                    std::min(kDwSamples, batch - n0), in, 0,
-                   simd::tail_mask(out - oc0 - simd::kLanes * (NV - 1))};
+                   simd::tail_mask(out - oc0 - 16 * (NV - 1))};
     for (int64_t j = j0; j < j1; j += KR) {
       g.dw = dw + j * out + oc0;
       g.x = x + n0 * in + j;
@@ -113,26 +107,16 @@ void linear_weight_grad_columns(float* dw, const float* dy, const float* x, int6
   }
 }
 
-// Calls fn(std::integral_constant<int, NV>, oc0) for each tile of up to kLanes MaxNV output
-// columns (NV vectors: only as many as the tile's columns need).
+// Calls fn(std::integral_constant<int, NV>, oc0) for each tile of up to 16 MaxNV output columns.
 template <int MaxNV = simd::kMaxVectors, typename Fn>
 void for_column_tiles(int64_t out, Fn&& fn) {
   static_assert(MaxNV >= 1 && MaxNV <= simd::kMaxVectors);
-  constexpr int64_t kTile = simd::kLanes * MaxNV;
-  for (int64_t oc0 = 0; oc0 < out; oc0 += kTile) {
-    const int64_t nv = (std::min(out - oc0, kTile) + simd::kLanes - 1) / simd::kLanes;
-    if (nv == 1 || MaxNV == 1) {
-      fn(std::integral_constant<int, 1>{}, oc0);
-    } else if constexpr (MaxNV >= 2) {
-      if (nv == 2 || MaxNV == 2) {
-        fn(std::integral_constant<int, 2>{}, oc0);
-      } else if constexpr (MaxNV >= 3) {
-        if (nv == 3 || MaxNV == 3) {
-          fn(std::integral_constant<int, 3>{}, oc0);
-        } else {
-          fn(std::integral_constant<int, MaxNV>{}, oc0);
-        }
-      }
+  for (int64_t oc0 = 0; oc0 < out; oc0 += 16 * MaxNV) {
+    switch ((std::min<int64_t>(out - oc0, 16 * MaxNV) + 15) / 16) {
+      case 1: fn(std::integral_constant<int, 1>{}, oc0); break;
+      case 2: fn(std::integral_constant<int, 2>{}, oc0); break;
+      case 3: fn(std::integral_constant<int, 3>{}, oc0); break;
+      default: fn(std::integral_constant<int, MaxNV>{}, oc0); break;
     }
   }
 }
@@ -140,16 +124,13 @@ void for_column_tiles(int64_t out, Fn&& fn) {
 // Wide weights (rows >= 2 KiB apart) read in place, prefetched, or packed.
 constexpr int64_t kWideOut = 512;
 
-// A few rows (an actor's batch) times a wide weight: with AVX-512, 8-row tiles of 48 columns, so
-// a batch of 8 or 16 fills whole tiles (with AVX2's 16 registers, the default 6 x 16 tiles), and
-// w prefetched, since its rows lie >= 2 KiB apart. Measured in one
+// A few rows (an actor's batch) times a wide weight: 8-row tiles of 48 columns, so a batch of 8
+// or 16 fills whole tiles, and w prefetched, since its rows lie >= 2 KiB apart. Measured in one
 // process, alternating, best of 10 (GFLOP/s, default tiles -> these): the LSTM's 256 -> 1024 at
 // batch 8 73-77 -> 132-138, 16 109-113 -> 129-136, 32 103-108 -> 130-139; the Nature torso's
 // 3136 -> 512 at batch 16 60-62 -> 77-82 and 32 75 -> 96. At batch 96 both ran at ~93; below
 // batch 4 the call is bound by reading w, and neither wins.
 constexpr int64_t kFewRows = 32;
-constexpr int kFewRowsNV = simd::kLanes == 16 ? 3 : simd::kMaxVectors;
-constexpr int kFewRowsR = simd::kLanes == 16 ? 8 : simd::tile_rows<kFewRowsNV>();
 // From this many rows on, a wide weight is packed block by block. Measured in one process,
 // alternating (GFLOP/s, in place -> packed): 256 -> 1024 at batch 96 114-117 -> 123-129, 256
 // 107 -> 125-131, 1024 101-107 -> 119-125, 5120 90-97 -> 110-112; the Nature torso's 3136 -> 512
@@ -160,9 +141,9 @@ constexpr int64_t kPackRows = 64;
 void linear_forward_all(float* y, const float* x, const float* w, const float* b, int64_t batch,
                         int64_t in, int64_t out, bool relu, bool add) {
   if (batch >= 4 && batch <= kFewRows && out >= kWideOut) {
-    for_column_tiles<kFewRowsNV>(out, [&](auto nv, int64_t oc0) {
-      linear_forward_columns<decltype(nv)::value, kFewRowsR>(y, x, w, b, batch, in, out, oc0,
-                                                             relu, add, WeightRead::kPrefetch);
+    for_column_tiles<3>(out, [&](auto nv, int64_t oc0) {
+      linear_forward_columns<decltype(nv)::value, 8>(y, x, w, b, batch, in, out, oc0, relu, add,
+                                                     WeightRead::kPrefetch);
     });
     return;
   }
@@ -180,7 +161,7 @@ void linear_forward_all(float* y, const float* x, const float* w, const float* b
 // 1600 -> 128 (MinAtar) 125-128 either way, 64 -> 64 121-124 -> 112-115.
 constexpr int64_t kPanelDyOut = 256;
 
-constexpr int64_t kDyCols = simd::kLanes * simd::kMaxVectors;  // columns of one dy panel
+constexpr int64_t kDyCols = 16 * simd::kMaxVectors;  // columns of one dy panel
 
 int64_t dy_panels_of(int64_t out) { return (out + kDyCols - 1) / kDyCols; }
 
@@ -226,7 +207,7 @@ void linear_weight_grad_panels(float* dw, const float* dy, const float* x, int64
         constexpr int NV = decltype(nv)::value;
         simd::DwArgs g{dw + j * out + oc0, panel + (oc0 / kDyCols) * kDwSamples * kDyCols,
                        x + n0 * in + j, out, 1, samples, in, 0,
-                       simd::tail_mask(out - oc0 - simd::kLanes * (NV - 1))};
+                       simd::tail_mask(out - oc0 - 16 * (NV - 1))};
         g.ldd = kDyCols;
         simd::dw_tile_n<KR, NV>(rows, g);
       });
@@ -237,15 +218,14 @@ void linear_weight_grad_panels(float* dw, const float* dy, const float* x, int64
 // panel[k][c] = w[j0 + c][k0 + k] for k < run, c < cols (rows kCols floats apart).
 void pack_dx_block(float* panel, int64_t kcols, const float* w, int64_t out, int64_t j0,
                    int64_t cols, int64_t k0, int64_t run) {
-  constexpr int64_t L = simd::kLanes;
-  const int64_t cl = cols / L * L, kl = run / L * L;
-  for (int64_t c = 0; c < cl; c += L) {
-    for (int64_t k = 0; k < kl; k += L) {
-      simd::transpose_block(panel + k * kcols + c, kcols, w + (j0 + c) * out + k0 + k, out);
+  const int64_t c16 = cols / 16 * 16, k16 = run / 16 * 16;
+  for (int64_t c = 0; c < c16; c += 16) {
+    for (int64_t k = 0; k < k16; k += 16) {
+      simd::transpose16(panel + k * kcols + c, kcols, w + (j0 + c) * out + k0 + k, out);
     }
   }
   for (int64_t c = 0; c < cols; ++c) {
-    for (int64_t k = (c < cl ? kl : 0); k < run; ++k) {
+    for (int64_t k = (c < c16 ? k16 : 0); k < run; ++k) {
       panel[k * kcols + c] = w[(j0 + c) * out + k0 + k];
     }
   }
@@ -257,8 +237,8 @@ int64_t dx_block_offset(int64_t j0, int64_t kcols, int64_t out, int64_t k0) {
   return j0 * out + k0 * kcols;
 }
 
-// dx[:, j0 .. j0 + kLanes NV] = dy w^T by the forward's tiles: each block of kLinearBlock outputs is
-// transposed from w's rows j0 .. j0 + kLanes NV into a contiguous panel, which the tiles read as the
+// dx[:, j0 .. j0 + 16 NV] = dy w^T by the forward's tiles: each block of kLinearBlock outputs is
+// transposed from w's rows j0 .. j0 + 16 NV into a contiguous panel, which the tiles read as the
 // forward reads a packed w. Each dx float sums the outputs in order, whatever the batch.
 // Measured in one process, alternating (GFLOP/s, against the dot products along w's rows used
 // before for >= 256 outputs): Nature's 3136 <- 512 at 640 rows 66-70 -> 121-129, 256 rows 54 ->
@@ -272,13 +252,13 @@ template <int NV>
 void linear_data_grad_columns(float* dx, const float* dy, const float* w, int64_t batch,
                               int64_t in, int64_t out, int64_t j0, const float* packed) {
   constexpr int R = simd::tile_rows<NV>();
-  constexpr int64_t kCols = simd::kLanes * NV;
+  constexpr int64_t kCols = 16 * NV;
   thread_local std::vector<float> own;
   if (packed == nullptr) own.resize(kLinearBlock * kCols);
   const int64_t cols = std::min(kCols, in - j0);
   const float* a[R];
   simd::FwdArgs g{a, 1, 0, 0, nullptr, nullptr, kCols, nullptr,
-                  simd::tail_mask(in - j0 - simd::kLanes * (NV - 1)), false};
+                  simd::tail_mask(in - j0 - 16 * (NV - 1)), false};
   g.ldy = in;
   // Prefetched as the forward's packed panels (measured as above, data gradient, without ->
   // with: Nature's 3136 <- 512 at 640 rows 123-135 -> 145-147, the LSTM's 256 <- 1024 at 5120
@@ -308,7 +288,7 @@ constexpr int64_t kSmallBatch = 8;
 
 void linear_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
                     int64_t in, int64_t out, bool relu) {
-#if RLPAR_LINEAR_SIMD
+#if RLPAR_LINEAR_AVX512
   linear_forward_all(y, x, w, b, batch, in, out, relu, false);
 #else
   MatMap Y(y, batch, out);
@@ -328,7 +308,7 @@ void linear_forward(float* y, const float* x, const float* w, const float* b, in
 
 void linear_forward_add(float* y, const float* x, const float* w, int64_t batch, int64_t in,
                         int64_t out) {
-#if RLPAR_LINEAR_SIMD
+#if RLPAR_LINEAR_AVX512
   linear_forward_all(y, x, w, nullptr, batch, in, out, false, true);
 #else
   MatMap Y(y, batch, out);
@@ -345,7 +325,7 @@ void linear_forward_add(float* y, const float* x, const float* w, int64_t batch,
 void linear_weight_grad(float* dw, float* db, const float* dy, const float* x, int64_t batch,
                         int64_t in, int64_t out, int64_t part, int64_t parts,
                         const float* dy_panels) {
-#if RLPAR_LINEAR_SIMD
+#if RLPAR_LINEAR_AVX512
   int64_t j0, j1, o0, o1;
   split_range(in, parts, part, &j0, &j1);
   split_range(out, parts, part, &o0, &o1);
@@ -368,7 +348,7 @@ void linear_weight_grad(float* dw, float* db, const float* dy, const float* x, i
 
 void linear_data_grad(float* dx, const float* dy, const float* w, int64_t batch, int64_t in,
                       int64_t out, const float* w_panels) {
-#if RLPAR_LINEAR_SIMD
+#if RLPAR_LINEAR_AVX512
   for_column_tiles(in, [&](auto nv, int64_t j0) {
     linear_data_grad_columns<decltype(nv)::value>(dx, dy, w, batch, in, out, j0, w_panels);
   });
@@ -380,8 +360,8 @@ void linear_data_grad(float* dx, const float* dy, const float* w, int64_t batch,
 }
 
 int64_t linear_dx_panel_floats(int64_t in, int64_t out) {
-#if RLPAR_LINEAR_SIMD
-  return (in + simd::kLanes - 1) / simd::kLanes * simd::kLanes * out;  // each column tile's kCols x out floats (dx_block_offset)
+#if RLPAR_LINEAR_AVX512
+  return (in + 15) / 16 * 16 * out;  // each column tile's kCols x out floats (dx_block_offset)
 #else
   (void)in;
   (void)out;
@@ -391,13 +371,13 @@ int64_t linear_dx_panel_floats(int64_t in, int64_t out) {
 
 void pack_linear_dx_panels(float* panels, const float* w, int64_t in, int64_t out, int64_t part,
                            int64_t parts) {
-#if RLPAR_LINEAR_SIMD
+#if RLPAR_LINEAR_AVX512
   // The parts take contiguous runs of the column tiles (for_column_tiles' tiles of 64 columns).
-  constexpr int64_t kTile = simd::kLanes * simd::kMaxVectors;
+  constexpr int64_t kTile = 16 * simd::kMaxVectors;
   int64_t t0, t1;
   split_range((in + kTile - 1) / kTile, parts, part, &t0, &t1);
   for (int64_t j0 = t0 * kTile; j0 < std::min(in, t1 * kTile); j0 += kTile) {
-    const int64_t cols = std::min(kTile, in - j0), kcols = (cols + simd::kLanes - 1) / simd::kLanes * simd::kLanes;
+    const int64_t cols = std::min(kTile, in - j0), kcols = (cols + 15) / 16 * 16;
     for (int64_t k0 = 0; k0 < out; k0 += kLinearBlock) {
       pack_dx_block(panels + dx_block_offset(j0, kcols, out, k0), kcols, w, out, j0, cols, k0,
                     std::min(kLinearBlock, out - k0));
@@ -409,7 +389,7 @@ void pack_linear_dx_panels(float* panels, const float* w, int64_t in, int64_t ou
 }
 
 int64_t linear_dy_panel_floats(int64_t batch, int64_t out) {
-#if RLPAR_LINEAR_SIMD
+#if RLPAR_LINEAR_AVX512
   if (out < kPanelDyOut) return 0;
   return (batch + kDwSamples - 1) / kDwSamples * dy_pass_floats(out);
 #else
@@ -421,7 +401,7 @@ int64_t linear_dy_panel_floats(int64_t batch, int64_t out) {
 
 void pack_linear_dy_panels(float* panels, const float* dy, int64_t batch, int64_t out,
                            int64_t part, int64_t parts) {
-#if RLPAR_LINEAR_SIMD
+#if RLPAR_LINEAR_AVX512
   if (out < kPanelDyOut) return;
   int64_t p0, p1;  // passes of kDwSamples samples
   split_range((batch + kDwSamples - 1) / kDwSamples, parts, part, &p0, &p1);

@@ -227,7 +227,7 @@ def bench_net(quick: bool = False) -> dict:
          "gil_release_threshold_flops": float, "torch_threads": 1, "numpy_blas_threads": 1,
          "ratios": {...}, "background_load_cores": float,
          "kernels": "avx512" | "avx2" | "" (the conv and Linear kernels this build has: AVX-512,
-         AVX2 + FMA, or Eigen alone), "amx": bool}
+         AVX2 + FMA for conv, or Eigen alone), "amx": bool}
 
     ``mlp`` is ``mlp_spec(4, [Categorical(2), Value()])`` (batches 1, 32, 256), ``conv`` the
     Nature-DQN torso on uint8 frames ``[84, 84, 4]`` (batches 1, 32). Thread scaling and the
