@@ -15,7 +15,7 @@ def amx_available() -> bool:
     """
 def simd_kernels() -> str:
     """
-    True when Conv2d and Linear run rlpar's AVX-512 kernels (a -march=native build on a CPU with AVX-512), False for the portable Eigen path.
+    Which of rlpar's register-blocked kernels this build runs: 'avx512' (Conv2d and Linear; a build for a CPU with AVX-512), 'avx2' (Conv2d only, AVX2 + FMA without AVX-512: an -march=x86-64-v3 build; Linear stays on Eigen), or '' (the portable Eigen path).
     """
 
 class ThreadPool:

@@ -346,6 +346,31 @@ def test_backward_wide_linear_many_rows_sampled_coordinates() -> None:
     check_backward(net, batch=70, per_block=8)
 
 
+# Linear widths that are not whole 8-float (AVX2) or 16-float (AVX-512) vectors, down to one
+# lane, on one and two inputs (K of 1 and 2): masked tails in every linear kernel and its column
+# sums. 521 = 512 + 9 outputs take the wide-weight paths (the few-rows tiles at 4-32 rows).
+LINEAR_TAIL_CASES = {
+    "k1_w1": NetSpec((1,), [Linear(1), Tanh()], [Value()]),
+    "k2_w9_w7": NetSpec((2,), [Linear(9), Tanh(), Linear(7), Tanh()], [Categorical(3)]),
+    "k3_w17_w23_w33": NetSpec(
+        (3,),
+        [Linear(17), Tanh(), Linear(23), Tanh(), Linear(33), Tanh()],
+        [Categorical(5), Value()],
+    ),
+    "k2_w521": NetSpec((2,), [Linear(521), Tanh()], [Categorical(3)]),
+}
+
+
+@pytest.mark.parametrize("batch", [1, 2, 5, 13])
+@pytest.mark.parametrize("case", sorted(LINEAR_TAIL_CASES))
+def test_linear_tails_match_reference(case: str, batch: int) -> None:
+    net = Net(LINEAR_TAIL_CASES[case])
+    params = random_params(net, 7)
+    obs = random_obs(net.spec, batch, 8)
+    np.testing.assert_allclose(net.forward(params, obs), ref_forward(net, params, obs), **FWD_TOL)
+    check_backward(net, batch=batch, seed=9, per_block=16)
+
+
 def test_backward_gaussian_log_std_gradient_is_column_sum() -> None:
     net = Net(NetSpec((3,), [], [Gaussian(2)]))
     params = random_params(net, 0)
