@@ -267,6 +267,7 @@ class TensorBoardMonitor:
         self._histogram_at: int | None = None  # learner steps due for the next histograms
         self._histogram_step = -1  # env steps of the last ones
         self._evals_written = 0  # of runner.evaluations
+        self._eval_step: int | None = None  # env steps of the last evaluation point written
         self._checks_written = 0  # of runner.target_checks
         self._unwritable: set[str] = set()  # learner metrics already warned about
 
@@ -310,8 +311,11 @@ class TensorBoardMonitor:
             self.writer.scalars({FINAL_RETURN: result.mean_return}, step)
         if result.evaluation:
             values: dict[str, float] = {}
-            for i, e in enumerate(result.evaluation):
-                values |= eval_tags(i, e["policy"], e["mean_return"], e["std_return"])
+            if self._eval_step is None or step > self._eval_step:
+                # a periodic evaluation of the last version may already sit at this env step:
+                # each eval curve keeps one point per step
+                for i, e in enumerate(result.evaluation):
+                    values |= eval_tags(i, e["policy"], e["mean_return"], e["std_return"])
             values[FINAL_EVAL_RETURN] = result.evaluation[0]["mean_return"]
             self.writer.scalars(values, step)
         self.writer.flush()
@@ -329,6 +333,7 @@ class TensorBoardMonitor:
             for i, e in enumerate(point.results):
                 values |= eval_tags(i, e.policy, e.mean_return, e.std_return)
             self.writer.scalars(values, point.env_steps)
+            self._eval_step = max(self._eval_step or 0, point.env_steps)
         checks, self._checks_written = self.runner.target_checks.since(self._checks_written)
         for c in checks:
             self.writer.scalars({"eval/target_check": c.eval_mean}, c.env_steps)
