@@ -154,6 +154,7 @@ def test_impala_cnn_torso_trains_from_the_shipped_config() -> None:
         [
             "env.id=rlpar/Catch-v0",
             "env.setup=none",
+            "env.kwargs={}",
             "agent.net.impala_channels=[4, 8]",
             "agent.net.conv_hidden=32",
             "runtime.num_actors=1",
