@@ -127,6 +127,10 @@ class TorchLoss:
         grad = dout.detach().numpy()
         if grad.dtype != np.float32 or not grad.flags.c_contiguous:
             grad = np.ascontiguousarray(grad, np.float32)
-        values = {str(k): float(v) for k, v in metrics.items()}
+        # A metric may be a tensor that carries grad (e.g. the KL a loss also penalizes).
+        values = {
+            str(k): float(v.detach() if isinstance(v, torch.Tensor) else v)
+            for k, v in metrics.items()
+        }
         values.setdefault("loss", float(loss.detach()))
         return grad, values
