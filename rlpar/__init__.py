@@ -3,8 +3,9 @@
 Public API (everything a user or a plug-in agent needs is importable from here):
 
 - nets: `NetSpec`, layers `Linear`, `Conv2d`, `ReLU`, `Tanh`, `Flatten`, `MaxPool2d`,
-  `LayerNorm`, `Residual`, `PyLayer`, heads `Categorical`, `Value`, `Gaussian`, helpers
-  `mlp_spec`, `conv_spec`, `impala_cnn_spec`, and `Net`;
+  `LayerNorm`, `Residual`, `Concat` of `Branch`es, `Embedding`, `PyLayer`, heads
+  `Categorical`, `Value`, `Gaussian`, helpers `mlp_spec`, `conv_spec`, `impala_cnn_spec`, and
+  `Net`;
 - optimizers: `SGD`, `RMSProp`, `Adam`, `clip_grad_norm`, `global_norm`,
   `skip_nonfinite_step` (skip and count a step whose gradient is NaN/inf);
 - parameter snapshots: `SnapshotStore`, `Snapshot`;
@@ -63,8 +64,11 @@ from rlpar.losses import (
 )
 from rlpar.nn import (
     LSTM,
+    Branch,
     Categorical,
+    Concat,
     Conv2d,
+    Embedding,
     Flatten,
     Gaussian,
     LayerNorm,
@@ -111,9 +115,12 @@ __all__ = [
     "Adam",
     "Agent",
     "Batch",
+    "Branch",
     "Categorical",
+    "Concat",
     "ConfigError",
     "Conv2d",
+    "Embedding",
     "EnvConfig",
     "EvalConfig",
     "Evaluation",

@@ -33,7 +33,13 @@ class LayerSpec:
     One layer of a native NetSpec (rlpar/net.h LayerSpec).
     """
     @staticmethod
+    def concat(branch_shapes: collections.abc.Sequence[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]], branches: collections.abc.Sequence[collections.abc.Sequence[LayerSpec]]) -> LayerSpec:
+        ...
+    @staticmethod
     def conv2d(out_channels: typing.SupportsInt | typing.SupportsIndex, kernel: typing.SupportsInt | typing.SupportsIndex, stride: typing.SupportsInt | typing.SupportsIndex, padding: typing.SupportsInt | typing.SupportsIndex) -> LayerSpec:
+        ...
+    @staticmethod
+    def embedding(num_embeddings: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex) -> LayerSpec:
         ...
     @staticmethod
     def flatten() -> LayerSpec:
@@ -67,10 +73,19 @@ class LayerSpec:
     def body(self) -> list[LayerSpec]:
         ...
     @property
+    def branch_shapes(self) -> list[list[int]]:
+        ...
+    @property
+    def branches(self) -> list[list[LayerSpec]]:
+        ...
+    @property
     def kernel(self) -> int:
         ...
     @property
     def kind(self) -> str:
+        ...
+    @property
+    def num_embeddings(self) -> int:
         ...
     @property
     def out_channels(self) -> int:

@@ -39,8 +39,11 @@ from rlpar._checks import check_int
 
 __all__ = [
     "LSTM",
+    "Branch",
     "Categorical",
+    "Concat",
     "Conv2d",
+    "Embedding",
     "Flatten",
     "Gaussian",
     "Head",
@@ -95,6 +98,23 @@ def amx_available() -> bool:
     5.16+), which ``LSTM(matmul="bf16x3")`` needs; False also when the environment variable
     ``RLPAR_DISABLE_AMX`` is set (to anything but "" or "0") before rlpar first asks."""
     return bool(_native.amx_available())
+
+
+def _sample_shape(name: str, shape: Sequence[int]) -> tuple[int, ...]:
+    """``shape`` as a tuple of ints, if it is a per-sample ``(D,)`` or ``(H, W, C)``."""
+    shape = tuple(shape)
+    if len(shape) not in (1, 3):
+        raise ValueError(f"{name} must be (D,) or (H, W, C), got {shape}")
+    return tuple(check_int(name, d, minimum=1) for d in shape)
+
+
+def _check_inner_layers(owner: str, layers: Sequence[object]) -> None:
+    """TypeError unless every one of a block's ``layers`` is a layer."""
+    for j, layer in enumerate(layers):
+        if not isinstance(layer, _LAYER_TYPES):
+            raise TypeError(
+                f"{owner} layer {j} must be a layer ({_LAYER_NAMES}), got {type(layer).__name__}"
+            )
 
 
 def _gain(owner: str, value: float | None) -> None:
@@ -242,14 +262,102 @@ class Residual:
                     f"Residual body layer {j} is a Residual: blocks nest one level only; "
                     "place the blocks one after the other"
                 )
-            if not isinstance(layer, _LAYER_TYPES):
-                raise TypeError(
-                    f"Residual body layer {j} must be a layer ({_LAYER_NAMES}), "
-                    f"got {type(layer).__name__}"
+            if isinstance(layer, Concat):
+                raise ValueError(
+                    f"Residual body layer {j} is a Concat: a body holds no Concat; "
+                    "place the Concat before the block"
                 )
+        _check_inner_layers("Residual body", self.body)
 
 
-Layer = Linear | Conv2d | ReLU | Tanh | Flatten | MaxPool2d | LayerNorm | Residual | PyLayer
+@dataclass(frozen=True)
+class Embedding:
+    """A table of learned vectors: ``[B, K]`` indices -> ``[B, K * dim]``.
+
+    Each of the ``K`` input columns holds an index, a float32 integer in ``[0, num_embeddings)``
+    (e.g. a discrete field of the observation), replaced by its row of ``weight
+    [num_embeddings, dim]``: column ``k``'s vector is at output columns ``[k dim, (k + 1) dim)``.
+    ``weight`` is initialised N(0, 1), as ``torch.nn.Embedding``. Backward adds each output
+    gradient to its row of the weight's gradient; the indices get a zero gradient. A value that
+    is not an integer in range raises (IndexError out of range, ValueError not an integer) naming
+    it, its row and its column, before anything is read.
+    """
+
+    num_embeddings: int
+    dim: int
+
+    def __post_init__(self) -> None:
+        # Float32 holds every integer up to 2^24 exactly: the indices it can name.
+        check_int("Embedding.num_embeddings", self.num_embeddings, minimum=1, maximum=1 << 24)
+        check_int("Embedding.dim", self.dim, minimum=1)
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One encoder of a `Concat`: its input ``shape`` and its ``layers``.
+
+    ``shape``: ``(D,)`` or ``(H, W, C)`` (channels last), the view of the branch's
+    ``prod(shape)`` columns of the Concat's input. ``layers``: any layers but a Concat
+    (Residual blocks included); none: the columns as they are.
+    """
+
+    shape: tuple[int, ...]
+    layers: Sequence[Layer] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", _sample_shape("Branch.shape", self.shape))
+        object.__setattr__(self, "layers", tuple(self.layers))
+        for j, layer in enumerate(self.layers):
+            if isinstance(layer, Concat):
+                raise ValueError(
+                    f"Branch layer {j} is a Concat: a branch holds no Concat; "
+                    "give the outer Concat more branches"
+                )
+        _check_inner_layers("Branch", self.layers)
+
+    @property
+    def size(self) -> int:
+        """Columns of the Concat's input the branch takes: ``prod(shape)``."""
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class Concat:
+    """Several encoders side by side: ``[B, F] -> [B, sum of the branches' output sizes]``.
+
+    The input is flat, ``F = sum(branch.size)`` (e.g. a `FlatObservation` of a Dict space, its
+    leaves side by side): branch ``k`` takes the next ``branch.size`` columns, viewed as
+    ``[B, *branch.shape]``, runs its layers, and the branch outputs, flattened (an image's in
+    ``(H, W, C)`` order), are concatenated in branch order. Parameters are named
+    ``layers.<i>.<k>.<j>.weight`` (block ``i``, branch ``k``, branch layer ``j``; a Residual's
+    body layer ``m`` there: ``layers.<i>.<k>.<j>.<m>.weight``). Checked when the net is built:
+    the input is flat, the branch sizes add up to ``F``, each layer fits its input.
+    """
+
+    branches: Sequence[Branch]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "branches", tuple(self.branches))
+        if not self.branches:
+            raise ValueError("Concat needs at least one branch, got none")
+        for k, branch in enumerate(self.branches):
+            if not isinstance(branch, Branch):
+                raise TypeError(f"Concat branch {k} must be a Branch, got {type(branch).__name__}")
+
+
+Layer = (
+    Linear
+    | Conv2d
+    | ReLU
+    | Tanh
+    | Flatten
+    | MaxPool2d
+    | LayerNorm
+    | Residual
+    | Concat
+    | Embedding
+    | PyLayer
+)
 
 
 @dataclass(frozen=True)
@@ -325,8 +433,23 @@ class Gaussian:
 
 Head = Categorical | Value | Gaussian
 
-_LAYER_TYPES = (Linear, Conv2d, ReLU, Tanh, Flatten, MaxPool2d, LayerNorm, Residual, PyLayer)
-_LAYER_NAMES = "Linear, Conv2d, ReLU, Tanh, Flatten, MaxPool2d, LayerNorm, Residual or a PyLayer"
+_LAYER_TYPES = (
+    Linear,
+    Conv2d,
+    ReLU,
+    Tanh,
+    Flatten,
+    MaxPool2d,
+    LayerNorm,
+    Residual,
+    Concat,
+    Embedding,
+    PyLayer,
+)
+_LAYER_NAMES = (
+    "Linear, Conv2d, ReLU, Tanh, Flatten, MaxPool2d, LayerNorm, Residual, Concat, Embedding "
+    "or a PyLayer"
+)
 _HEAD_TYPES = (Categorical, Value, Gaussian)
 
 
@@ -350,12 +473,9 @@ class NetSpec:
     def __post_init__(self) -> None:
         if self.core is not None and not isinstance(self.core, LSTM):
             raise TypeError(f"core must be an LSTM or None, got {type(self.core).__name__}")
-        shape = tuple(self.input_shape)
-        if len(shape) not in (1, 3):
-            raise ValueError(f"input_shape must be (D,) or (H, W, C), got {shape}")
-        for d in shape:
-            check_int("NetSpec.input_shape", d, minimum=1)
-        object.__setattr__(self, "input_shape", tuple(int(d) for d in shape))
+        object.__setattr__(
+            self, "input_shape", _sample_shape("NetSpec.input_shape", self.input_shape)
+        )
         object.__setattr__(self, "layers", tuple(self.layers))
         object.__setattr__(self, "heads", tuple(self.heads))
         for i, layer in enumerate(self.layers):
@@ -466,23 +586,41 @@ def _native_layer(layer: Layer) -> _native.LayerSpec:
         return _native.LayerSpec.layernorm(layer.features or 0)
     if isinstance(layer, Residual):
         return _native.LayerSpec.residual([_native_layer(inner) for inner in layer.body])
+    if isinstance(layer, Concat):
+        return _native.LayerSpec.concat(
+            [list(b.shape) for b in layer.branches],
+            [[_native_layer(inner) for inner in b.layers] for b in layer.branches],
+        )
+    if isinstance(layer, Embedding):
+        return _native.LayerSpec.embedding(layer.num_embeddings, layer.dim)
     return _native.LayerSpec.python(layer)
 
 
 def _run_layers(layers: Sequence[Layer]) -> list[Layer]:
-    """The layers in the order they run: each Residual's body in its place."""
+    """The spec's layers as run, blocks opened: each Residual's body and each Concat branch's
+    layers in their place (the adds, slices and joins left out)."""
     out: list[Layer] = []
     for layer in layers:
-        out += list(layer.body) if isinstance(layer, Residual) else [layer]
+        if isinstance(layer, Residual):
+            out += list(layer.body)
+        elif isinstance(layer, Concat):
+            for branch in layer.branches:
+                out += _run_layers(branch.layers)
+        else:
+            out.append(layer)
     return out
 
 
 def _param_owner(spec: NetSpec, name: str) -> Layer:
-    """The layer of a torso parameter named ``layers.<i>.<role>`` or ``layers.<i>.<j>.<role>``."""
+    """The layer of a torso parameter named ``layers.<i>.<role>``, ``layers.<i>.<j>.<role>``
+    (Residual body layer ``j``) or ``layers.<i>.<k>.<j>[.<m>].<role>`` (Concat branch ``k``)."""
     parts = name.split(".")
     layer = spec.layers[int(parts[1])]
     if isinstance(layer, Residual):
         return layer.body[int(parts[2])]
+    if isinstance(layer, Concat):
+        inner = layer.branches[int(parts[2])].layers[int(parts[3])]
+        return inner.body[int(parts[4])] if isinstance(inner, Residual) else inner
     return layer
 
 
@@ -625,7 +763,8 @@ class Net(_native.Net):
         """Seeded orthogonal initialisation: float32 ``[num_params]``, 64-byte aligned.
 
         Weights are orthogonal with gain sqrt(2) in the torso (or the layer's ``init_gain``)
-        and the head's ``init_gain`` in heads; biases are 0; ``log_std`` is ``init_log_std``.
+        and the head's ``init_gain`` in heads; an Embedding's table N(0, 1); biases are 0;
+        ``log_std`` is ``init_log_std``.
         """
         rng = np.random.default_rng(seed)
         params = aligned_zeros(self.num_params)
@@ -637,6 +776,9 @@ class Net(_native.Net):
                 params[offset : offset + size] = 1.0
             elif role == "weight":
                 owner = self.spec.heads[index] if in_head else _param_owner(self.spec, name)
+                if isinstance(owner, Embedding):
+                    params[offset : offset + size] = rng.standard_normal(size)
+                    continue
                 gain = getattr(owner, "init_gain", None)
                 gain = math.sqrt(2.0) if gain is None else gain
                 fan_out = shape[-1]

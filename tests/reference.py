@@ -76,6 +76,46 @@ def layernorm(x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float = 1e
     return (x - mean) / np.sqrt(var + eps) * gain + bias
 
 
+def embedding(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``x [B, K]`` integer indices, ``w [num, dim]`` -> ``y [B, K dim]``: ``y[n, k dim + d] =
+    w[x[n, k], d]``."""
+    idx = x.astype(np.int64)
+    assert np.array_equal(idx, x) and idx.min() >= 0 and idx.max() < len(w), "bad indices"
+    batch, k = x.shape
+    y = np.empty((batch, k * w.shape[1]))
+    for n in range(batch):
+        for j in range(k):
+            y[n, j * w.shape[1] : (j + 1) * w.shape[1]] = w[idx[n, j]]
+    return y
+
+
+def concat(layer: rlpar.Concat, x: np.ndarray, p: dict[str, np.ndarray], prefix: str) -> np.ndarray:
+    """``x [B, F]`` -> the branches' flattened outputs side by side; branch k reads the next
+    ``prod(shape_k)`` columns as ``[B, *shape_k]``, its layer j's parameters ``prefix<k>.<j>.``."""
+    outs, off = [], 0
+    for k, branch in enumerate(layer.branches):
+        h = x[:, off : off + branch.size].reshape(len(x), *branch.shape)
+        off += branch.size
+        for j, inner in enumerate(branch.layers):
+            h = named_layer_forward(inner, h, p, f"{prefix}{k}.{j}.")
+        outs.append(h.reshape(len(x), -1))
+    return np.concatenate(outs, axis=1)
+
+
+def named_layer_forward(
+    layer: rlpar.Layer, x: np.ndarray, p: dict[str, np.ndarray], prefix: str
+) -> np.ndarray:
+    """`layer_forward` with the parameters looked up in ``p`` (`unpack`) by the layer's name
+    ``prefix`` (``"layers.<i>."``), blocks included."""
+    if isinstance(layer, rlpar.Concat):
+        return concat(layer, x, p, prefix)
+    body = [
+        (p.get(f"{prefix}{j}.weight"), p.get(f"{prefix}{j}.bias"))
+        for j in range(len(layer.body) if isinstance(layer, rlpar.Residual) else 0)
+    ]
+    return layer_forward(layer, x, p.get(prefix + "weight"), p.get(prefix + "bias"), body)
+
+
 def layer_forward(
     layer: rlpar.Layer,
     x: np.ndarray,
@@ -95,6 +135,8 @@ def layer_forward(
         return maxpool2d(x, layer.kernel, layer.stride, layer.padding)
     if isinstance(layer, rlpar.LayerNorm):
         return layernorm(x, w, b)
+    if isinstance(layer, rlpar.Embedding):
+        return embedding(x, w)
     if isinstance(layer, rlpar.Linear):
         return linear(x, w, b)
     if isinstance(layer, rlpar.Conv2d):
@@ -116,11 +158,7 @@ def activations(
     x = np.asarray(obs, np.float64) * spec.scale
     acts = [x]
     for i, layer in enumerate(spec.layers):
-        body = [
-            (p.get(f"layers.{i}.{j}.weight"), p.get(f"layers.{i}.{j}.bias"))
-            for j in range(len(layer.body) if isinstance(layer, rlpar.Residual) else 0)
-        ]
-        x = layer_forward(layer, x, p.get(f"layers.{i}.weight"), p.get(f"layers.{i}.bias"), body)
+        x = named_layer_forward(layer, x, p, f"layers.{i}.")
         acts.append(x)
     return acts
 

@@ -379,6 +379,9 @@ const char* layer_kind(rlpar::LayerKind k) {
     case rlpar::LayerKind::MaxPool2d: return "maxpool2d";
     case rlpar::LayerKind::LayerNorm: return "layernorm";
     case rlpar::LayerKind::Residual: return "residual";
+    case rlpar::LayerKind::Concat: return "concat";
+    case rlpar::LayerKind::Embedding: return "embedding";
+    case rlpar::LayerKind::Slice: return "slice";
   }
   return "?";
 }
@@ -410,6 +413,24 @@ std::string layer_repr(const LayerSpec& l) {
       for (size_t j = 0; j < l.body.size(); ++j) r += (j ? ", " : "") + layer_repr(l.body[j]);
       return r + "])";
     }
+    case rlpar::LayerKind::Concat: {
+      std::string r = "LayerSpec.concat([";
+      for (size_t k = 0; k < l.branch_shapes.size(); ++k) {
+        r += (k ? ", " : "") + rlpar::shape_str(l.branch_shapes[k]);
+      }
+      r += "], [";
+      for (size_t k = 0; k < l.branches.size(); ++k) {
+        r += k ? ", [" : "[";
+        for (size_t j = 0; j < l.branches[k].size(); ++j) {
+          r += (j ? ", " : "") + layer_repr(l.branches[k][j]);
+        }
+        r += "]";
+      }
+      return r + "])";
+    }
+    case rlpar::LayerKind::Embedding:
+      return "LayerSpec.embedding(" + std::to_string(l.num_embeddings) + ", " +
+             std::to_string(l.out_features) + ")";
     default:
       return "LayerSpec." + kind + "()";
   }
@@ -429,6 +450,8 @@ void bind_spec(py::module_& m) {
                   py::arg("padding"))
       .def_static("layernorm", &LayerSpec::layernorm, py::arg("features") = 0)
       .def_static("residual", &LayerSpec::residual, py::arg("body"))
+      .def_static("concat", &LayerSpec::concat, py::arg("branch_shapes"), py::arg("branches"))
+      .def_static("embedding", &LayerSpec::embedding, py::arg("num_embeddings"), py::arg("dim"))
       .def_static("python",
                   [](py::object layer) {
                     return LayerSpec::external_layer(
@@ -442,6 +465,9 @@ void bind_spec(py::module_& m) {
       .def_readonly("stride", &LayerSpec::stride)
       .def_readonly("padding", &LayerSpec::padding)
       .def_readonly("body", &LayerSpec::body)
+      .def_readonly("num_embeddings", &LayerSpec::num_embeddings)
+      .def_readonly("branch_shapes", &LayerSpec::branch_shapes)
+      .def_readonly("branches", &LayerSpec::branches)
       .def("__repr__", &layer_repr);
   py::class_<HeadSpec>(m, "HeadSpec", "One output head of a native NetSpec (rlpar/net.h HeadSpec).")
       .def_static("categorical", &HeadSpec::categorical, py::arg("n"))

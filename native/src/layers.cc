@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <sstream>
+#include <stdexcept>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -601,6 +603,49 @@ void layernorm_data_grad(float* dx, const float* dy, const float* x, const float
 
 void add_forward(float* y, const float* x, const float* skip, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] + skip[i];
+}
+
+void copy_columns(float* y, const float* x, int64_t rows, int64_t cols, int64_t stride,
+                  int64_t off) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(y + r * cols, x + r * stride + off, sizeof(float) * cols);
+  }
+}
+
+void put_columns(float* x, const float* y, int64_t rows, int64_t cols, int64_t stride,
+                 int64_t off) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(x + r * stride + off, y + r * cols, sizeof(float) * cols);
+  }
+}
+
+void embedding_forward(float* y, const float* x, const float* w, int64_t rows, int64_t k,
+                       int64_t num, int64_t dim, int64_t first_row, const char* where) {
+  for (int64_t i = 0; i < rows * k; ++i) {
+    const float v = x[i];
+    if (v >= 0.0f && v < static_cast<float>(num) && v == std::floor(v)) continue;
+    std::ostringstream o;
+    o << where << ": index " << v << " at row " << first_row + i / k << ", column " << i % k
+      << " is not an integer in [0, " << num << ")";
+    if (std::isfinite(v) && v == std::floor(v)) throw std::out_of_range(o.str());
+    throw std::invalid_argument(o.str());
+  }
+  for (int64_t i = 0; i < rows * k; ++i) {
+    std::memcpy(y + i * dim, w + static_cast<int64_t>(x[i]) * dim, sizeof(float) * dim);
+  }
+}
+
+void embedding_weight_grad(float* dw, const float* dy, const float* x, int64_t rows, int64_t k,
+                           int64_t num, int64_t dim, int64_t part, int64_t parts) {
+  int64_t lo, hi;
+  split_range(num, parts, part, &lo, &hi);
+  for (int64_t i = 0; i < rows * k; ++i) {
+    const auto e = static_cast<int64_t>(x[i]);
+    if (e < lo || e >= hi) continue;
+    float* row = dw + e * dim;
+    const float* d = dy + i * dim;
+    for (int64_t j = 0; j < dim; ++j) row[j] += d[j];
+  }
 }
 
 }  // namespace rlpar::layers

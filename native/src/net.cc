@@ -102,6 +102,21 @@ LayerSpec LayerSpec::residual(std::vector<LayerSpec> body) {
   l.body = std::move(body);
   return l;
 }
+LayerSpec LayerSpec::concat(std::vector<Shape> branch_shapes,
+                            std::vector<std::vector<LayerSpec>> branches) {
+  LayerSpec l;
+  l.kind = LayerKind::Concat;
+  l.branch_shapes = std::move(branch_shapes);
+  l.branches = std::move(branches);
+  return l;
+}
+LayerSpec LayerSpec::embedding(int64_t num_embeddings, int64_t dim) {
+  LayerSpec l;
+  l.kind = LayerKind::Embedding;
+  l.num_embeddings = num_embeddings;
+  l.out_features = dim;
+  return l;
+}
 HeadSpec HeadSpec::categorical(int64_t n) { return {HeadKind::Categorical, n}; }
 HeadSpec HeadSpec::value() { return {HeadKind::Value, 1}; }
 HeadSpec HeadSpec::gaussian(int64_t n) { return {HeadKind::Gaussian, n}; }
@@ -137,6 +152,9 @@ const char* kind_name(LayerKind k) {
     case LayerKind::MaxPool2d: return "maxpool2d";
     case LayerKind::LayerNorm: return "layernorm";
     case LayerKind::Residual: return "residual";
+    case LayerKind::Concat: return "concat";
+    case LayerKind::Embedding: return "embedding";
+    case LayerKind::Slice: return "slice";
   }
   return "?";
 }
@@ -258,6 +276,15 @@ struct Net::Layer {
   // layer before it), and its gradient gets the skip's added.
   bool block_start = false;
   size_t skip = 0;  // Residual (the add): activation index of the skip input
+  // Slice: the activation index of the Concat's input, the first of its columns taken, the
+  // branch's number and the join's layer index.
+  size_t src = 0, join = 0, branch = 0;
+  int64_t off = 0;
+  // Concat (the join): each branch's output activation, its size and its first output column.
+  std::vector<size_t> branch_act;
+  std::vector<int64_t> branch_size, branch_off;
+  int64_t num_embeddings = 0;  // Embedding (its dim: out_features of the spec, out / in)
+  std::string where;           // Embedding: named in the error on a bad index
 };
 
 // Workspace slot numbers: 0..L activations (slot i = output of layer i-1), then scratch.
@@ -291,7 +318,9 @@ Net::Net(NetSpec spec)
     const LayerSpec& ls = spec_.layers[i];
     const std::string where = "layer " + std::to_string(i) + " (" + kind_name(ls.kind) + ")";
     if (ls.kind == LayerKind::Residual) {
-      add_residual(ls, i, where, cur);
+      add_residual(ls, i, "layers." + std::to_string(i) + ".", where, cur);
+    } else if (ls.kind == LayerKind::Concat) {
+      add_concat(ls, i, where, cur);
     } else {
       add_layer(ls, i, "layers." + std::to_string(i) + ".", where, cur);
     }
@@ -369,7 +398,9 @@ void Net::add_layer(const LayerSpec& ls, size_t index, const std::string& prefix
 }
 
 // A Residual runs as its body's layers, then an add of the block's input: y = x + body(x).
-void Net::add_residual(const LayerSpec& ls, size_t index, const std::string& where, Shape& cur) {
+// Its body layer j's parameters are named prefix + "<j>.".
+void Net::add_residual(const LayerSpec& ls, size_t index, const std::string& prefix,
+                       const std::string& where, Shape& cur) {
   if (ls.body.empty()) fail(where + " needs at least one layer in its body, got none");
   const Shape in = cur;
   const size_t start = layers_.size();
@@ -381,8 +412,10 @@ void Net::add_residual(const LayerSpec& ls, size_t index, const std::string& whe
       fail(inner_where + ": residual blocks nest one level only (a body holds no Residual); "
            "place the blocks one after the other");
     }
-    add_layer(inner, index, "layers." + std::to_string(index) + "." + std::to_string(j) + ".",
-              inner_where, cur);
+    if (inner.kind == LayerKind::Concat) {
+      fail(inner_where + ": a residual body holds no Concat; place the Concat before the block");
+    }
+    add_layer(inner, index, prefix + std::to_string(j) + ".", inner_where, cur);
   }
   if (cur != in) {
     fail(where + " must output its input's shape " + shape_str(in) +
@@ -396,6 +429,83 @@ void Net::add_residual(const LayerSpec& ls, size_t index, const std::string& whe
   flops_per_sample_ += static_cast<double>(shape_numel(in));
   shapes_.push_back(in);
   layers_.push_back(std::move(add));
+}
+
+// A Concat runs as, for each branch k, a slice of the block's input (its columns, viewed as the
+// branch's shape) and the branch's layers, then a join that writes each branch's output, flat,
+// into its columns of the block's output. The block's input activation stays intact: every
+// slice reads it, and no layer writes it (a slice is never a ReLU's fused producer).
+void Net::add_concat(const LayerSpec& ls, size_t index, const std::string& where, Shape& cur) {
+  if (ls.branches.empty()) fail(where + " needs at least one branch, got none");
+  if (ls.branches.size() != ls.branch_shapes.size()) {
+    fail(where + " has " + std::to_string(ls.branches.size()) + " branches but " +
+         std::to_string(ls.branch_shapes.size()) + " branch shapes");
+  }
+  if (cur.size() != 1) {
+    fail(where + " expects a flat input (F,), got " + shape_str(cur) +
+         ": add a Flatten layer before it");
+  }
+  int64_t taken = 0;
+  std::string shapes;
+  for (size_t k = 0; k < ls.branch_shapes.size(); ++k) {
+    const Shape& s = ls.branch_shapes[k];
+    if (!(s.size() == 1 || s.size() == 3) ||
+        std::any_of(s.begin(), s.end(), [](int64_t d) { return d <= 0; })) {
+      fail(where + " branch " + std::to_string(k) +
+           " needs a shape (D,) or (H, W, C) with positive sizes, got " + shape_str(s));
+    }
+    taken += shape_numel(s);
+    shapes += (k ? ", " : "") + shape_str(s);
+  }
+  if (taken != cur[0]) {
+    fail(where + ": its branches' shapes " + shapes + " take " + std::to_string(taken) +
+         " features, but its input is " + shape_str(cur));
+  }
+  const Shape in = cur;
+  Layer join;
+  join.kind = LayerKind::Concat;
+  std::vector<size_t> slices;
+  int64_t off = 0, total = 0;
+  for (size_t k = 0; k < ls.branches.size(); ++k) {
+    const std::string branch = where + " branch " + std::to_string(k);
+    const std::string prefix = "layers." + std::to_string(index) + "." + std::to_string(k) + ".";
+    Layer slice;
+    slice.kind = LayerKind::Slice;
+    slice.in = in;
+    slice.out = ls.branch_shapes[k];
+    slice.src = slices.empty() ? layers_.size() : layers_[slices.front()].src;
+    slice.off = off;
+    slice.branch = k;
+    off += shape_numel(slice.out);
+    cur = slice.out;
+    slices.push_back(layers_.size());
+    shapes_.push_back(in);
+    layers_.push_back(std::move(slice));
+    for (size_t j = 0; j < ls.branches[k].size(); ++j) {
+      const LayerSpec& inner = ls.branches[k][j];
+      const std::string inner_where =
+          branch + " layer " + std::to_string(j) + " (" + kind_name(inner.kind) + ")";
+      if (inner.kind == LayerKind::Concat) {
+        fail(inner_where + ": a branch holds no Concat; give the outer Concat more branches");
+      }
+      if (inner.kind == LayerKind::Residual) {
+        add_residual(inner, index, prefix + std::to_string(j) + ".", inner_where, cur);
+      } else {
+        add_layer(inner, index, prefix + std::to_string(j) + ".", inner_where, cur);
+      }
+    }
+    join.branch_act.push_back(layers_.size());
+    join.branch_size.push_back(shape_numel(cur));
+    join.branch_off.push_back(total);
+    total += shape_numel(cur);
+  }
+  for (size_t s : slices) layers_[s].join = layers_.size();
+  join.in = cur;  // what the activation before the join holds: the last branch's output
+  join.out = {total};
+  flops_per_sample_ += static_cast<double>(in[0] + total);
+  shapes_.push_back(join.in);
+  layers_.push_back(std::move(join));
+  cur = {total};
 }
 
 Net::Layer Net::build_layer(const LayerSpec& ls, size_t index, const std::string& prefix,
@@ -418,6 +528,13 @@ Net::Layer Net::build_layer(const LayerSpec& ls, size_t index, const std::string
       break;
     case LayerKind::Residual:
       fail(where + " is a residual block, which cannot appear here");
+    case LayerKind::Concat:
+      fail(where + " is a concat block, which cannot appear here");
+    case LayerKind::Slice:
+      fail(where + ": a slice is made by a Concat, not named in a spec");
+    case LayerKind::Embedding:
+      build_embedding(L, ls, index, prefix, where);
+      break;
     case LayerKind::ReLU:
     case LayerKind::Tanh:
       L.out = in;
@@ -511,6 +628,29 @@ void Net::build_layernorm(Layer& L, const LayerSpec& ls, size_t i, const std::st
   flops_per_sample_ += 8.0 * static_cast<double>(shape_numel(cur));
 }
 
+void Net::build_embedding(Layer& L, const LayerSpec& ls, size_t i, const std::string& prefix,
+                          const std::string& where) {
+  const Shape& cur = L.in;
+  if (cur.size() != 1) {
+    fail(where + " expects a flat input (K,) of indices, got " + shape_str(cur) +
+         ": add a Flatten layer before it, or give it a branch of shape (K,)");
+  }
+  if (ls.num_embeddings <= 0 || ls.out_features <= 0) {
+    fail(where + " needs num_embeddings >= 1 and dim >= 1, got num_embeddings=" +
+         std::to_string(ls.num_embeddings) + " dim=" + std::to_string(ls.out_features));
+  }
+  // Above 2^24 a float32 no longer holds every integer: indices would not be exact.
+  if (ls.num_embeddings > (int64_t{1} << 24)) {
+    fail(where + " holds at most 2^24 = 16777216 vectors (float32 indices are exact up to "
+         "there), got num_embeddings=" + std::to_string(ls.num_embeddings));
+  }
+  L.out = {cur[0] * ls.out_features};
+  L.num_embeddings = ls.num_embeddings;
+  L.where = where;
+  L.w = add_param(prefix + "weight", "weight", {ls.num_embeddings, ls.out_features}, i, false);
+  flops_per_sample_ += static_cast<double>(L.out[0]);
+}
+
 void Net::build_external(Layer& L, const LayerSpec& ls, const std::string& where) {
   if (!ls.external) fail(where + " has no implementation");
   const Shape os = ls.external->output_shape(L.in);
@@ -568,7 +708,7 @@ namespace {
 // then the torso parts' scratch.
 enum : size_t { kCoreH = 0, kCoreGates, kCoreHPrev, kCoreCPrev, kCoreC, kCoreTanhC, kCoreResets,
                 kCoreDGates, kCoreDState, kCoreAmxA, kCoreAmxB, kDxPanels, kDyPanels,
-                kSkipGrad, kNormStats, kCoreSlots };
+                kSkipGrad, kNormStats, kConcatGrad, kConcatDx, kCoreSlots };
 
 // A part gets at least this much work (flops, ~0.1 ms): waking the workers costs microseconds,
 // so splitting a small batch costs more than it saves (measured: an MLP learner step of
@@ -698,7 +838,7 @@ void Net::torso_rows(const float* params, const void* input, Workspace& ws, int6
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
     if (l.kind == LayerKind::Flatten || l.fused_into_previous) continue;
-    const float* x = ws.act[i] + r0 * shape_numel(l.in);
+    const float* x = ws.act[l.kind == LayerKind::Slice ? l.src : i] + r0 * shape_numel(l.in);
     float* y = ws.act[i + 1] + r0 * shape_numel(l.out);
     const int64_t n_out = rows * shape_numel(l.out);
     switch (l.kind) {
@@ -728,6 +868,20 @@ void Net::torso_rows(const float* params, const void* input, Workspace& ws, int6
         break;
       case LayerKind::Residual:
         layers::add_forward(y, x, ws.act[l.skip] + r0 * shape_numel(l.in), n_out);
+        break;
+      case LayerKind::Slice:
+        layers::copy_columns(y, x, rows, shape_numel(l.out), l.in[0], l.off);
+        break;
+      case LayerKind::Concat:
+        for (size_t b = 0; b < l.branch_act.size(); ++b) {
+          const int64_t n = l.branch_size[b];
+          layers::put_columns(y, ws.act[l.branch_act[b]] + r0 * n, rows, n, l.out[0],
+                              l.branch_off[b]);
+        }
+        break;
+      case LayerKind::Embedding:
+        layers::embedding_forward(y, x, params + l.w, rows, l.in[0], l.num_embeddings,
+                                  l.out[0] / l.in[0], r0, l.where.c_str());
         break;
       case LayerKind::Flatten:
         break;
@@ -938,6 +1092,12 @@ void Net::torso_backward(const float* params, float* dy, float* other, float* gr
       for (int64_t i = 0; i < n; ++i) g[cur][i] += skip_grad[i];
     }
     if (l.kind == LayerKind::Flatten) continue;  // same memory, same gradient
+    if (l.kind == LayerKind::Concat || l.kind == LayerKind::Slice) {
+      if (l.kind == LayerKind::Slice && l.branch == 0 && k == 0) break;  // the net's input
+      concat_backward(l, g[cur], g[1 - cur], ws, batch);
+      cur = 1 - cur;
+      continue;
+    }
     if (l.kind == LayerKind::Residual) {
       const int64_t n = batch * shape_numel(l.out);
       skip_grad = ws.get(core_slot(kSkipGrad), static_cast<size_t>(n));
@@ -1046,8 +1206,15 @@ void Net::torso_backward(const float* params, float* dy, float* other, float* gr
           }
           break;
         }
+        case LayerKind::Embedding:
+          layers::embedding_weight_grad(grad + l.w, d, x, batch, l.in[0], l.num_embeddings,
+                                        out_n / in_n, p, parts);
+          if (dx) std::memset(dx_rows, 0, sizeof(float) * n * in_n);  // indices: no gradient
+          break;
         case LayerKind::Flatten:
         case LayerKind::Residual:
+        case LayerKind::Concat:
+        case LayerKind::Slice:
           break;
       }
       if (relu_below) layers::relu_backward(dx_rows, dx_rows, x + r0 * in_n, n * in_n);
@@ -1057,6 +1224,33 @@ void Net::torso_backward(const float* params, float* dy, float* other, float* gr
     cur = 1 - cur;
     if (relu_below) k = below;  // its backward is done (and the Flattens' nothing)
   }
+}
+
+// The backward of a Concat's join or slice, on the calling thread (copies): `dy` holds the
+// gradient of the layer's output; `dnext` gets the gradient of the output of the layer run
+// before it. The join keeps dy whole and passes on the last branch's columns; the slice of
+// branch b writes its gradient into its columns of the block input's gradient, then passes on
+// branch b - 1's columns of the join's dy, or, at branch 0, the block input's whole gradient
+// (every column written: the branches' shapes take all the input).
+void Net::concat_backward(const Layer& l, float* dy, float* dnext, Workspace& ws,
+                          int64_t rows) const {
+  const Layer& join = l.kind == LayerKind::Concat ? l : layers_[l.join];
+  const int64_t total = join.out[0];
+  float* djoin = ws.get(core_slot(kConcatGrad), static_cast<size_t>(rows * total));
+  size_t next = join.branch_act.size() - 1;  // the branch whose output gradient comes next
+  if (l.kind == LayerKind::Concat) {
+    std::memcpy(djoin, dy, sizeof(float) * rows * total);
+  } else {
+    const int64_t in = l.in[0];
+    float* dinput = ws.get(core_slot(kConcatDx), static_cast<size_t>(rows * in));
+    layers::put_columns(dinput, dy, rows, shape_numel(l.out), in, l.off);
+    if (l.branch == 0) {
+      std::memcpy(dnext, dinput, sizeof(float) * rows * in);
+      return;
+    }
+    next = l.branch - 1;
+  }
+  layers::copy_columns(dnext, djoin, rows, join.branch_size[next], total, join.branch_off[next]);
 }
 
 WorkspaceStats Net::workspace_stats() const { return pool_->stats(); }

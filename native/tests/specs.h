@@ -1,6 +1,9 @@
 // Net specs shared by the native tests (each test_*.cc is its own program).
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "rlpar/net.h"
 
 namespace rlpar_test {
@@ -40,6 +43,35 @@ inline rlpar::NetSpec blocks_spec() {
                  LayerSpec::relu()};
   spec.heads = {{HeadKind::Categorical, 3}, {HeadKind::Value, 1}};
   return spec;
+}
+
+// Several encoders side by side on a Dict-like flat input of 55 features (concat_spec): a
+// 5x5x2 image through a conv and a residual block that opens with a ReLU, 3 features through a
+// linear layer and a ReLU (fused), and 2 indices into an embedding table; then a linear layer.
+constexpr int64_t kConcatFeatures = 5 * 5 * 2 + 3 + 2;
+inline rlpar::NetSpec concat_spec() {
+  using rlpar::HeadKind;
+  using rlpar::LayerSpec;
+  rlpar::NetSpec spec;
+  spec.input_shape = {kConcatFeatures};
+  const auto block = LayerSpec::residual({LayerSpec::relu(), LayerSpec::conv2d(8, 3, 1, 1)});
+  spec.layers = {
+      LayerSpec::concat({{5, 5, 2}, {3}, {2}},
+                        {{LayerSpec::conv2d(8, 3, 1, 1), block, LayerSpec::flatten()},
+                         {LayerSpec::linear(16), LayerSpec::relu()},
+                         {LayerSpec::embedding(7, 4)}}),
+      LayerSpec::linear(32), LayerSpec::relu()};
+  spec.heads = {{HeadKind::Categorical, 3}, {HeadKind::Value, 1}};
+  return spec;
+}
+
+// Valid indices (0 to 6) in concat_spec's two embedding columns of obs [rows, kConcatFeatures].
+inline void concat_indices(std::vector<float>& obs, int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < 2; ++j) {
+      obs[r * kConcatFeatures + kConcatFeatures - 2 + j] = static_cast<float>((3 * r + 5 * j) % 7);
+    }
+  }
 }
 
 }  // namespace rlpar_test

@@ -63,7 +63,9 @@ Result run_once(const rlpar::Net& net, const float* params, const std::vector<fl
   return r;
 }
 
-void shared_net_is_deterministic_across_threads(const rlpar::NetSpec& spec) {
+// `fix_obs` (nullable) makes the random inputs valid for the net (an embedding's indices).
+void shared_net_is_deterministic_across_threads(
+    const rlpar::NetSpec& spec, void (*fix_obs)(std::vector<float>&, int64_t rows) = nullptr) {
   const rlpar::Net net(spec);
   const auto params = random_vector(net.num_params(), 1, 0.2f);
   const int64_t batches[] = {1, 3, 17, 70};  // wide_linear_spec: every linear path
@@ -71,6 +73,7 @@ void shared_net_is_deterministic_across_threads(const rlpar::NetSpec& spec) {
   std::vector<Result> expected;
   for (int64_t b : batches) {
     obs.push_back(random_vector(b * net.input_size(), 10 + b, 1.0f));
+    if (fix_obs) fix_obs(obs.back(), b);
     douts.push_back(random_vector(b * net.output_size(), 20 + b, 1.0f));
     expected.push_back(run_once(net, params.data(), obs.back(), douts.back(), b));
   }
@@ -234,6 +237,7 @@ int main() {
   shared_net_is_deterministic_across_threads(wide_spec());
   shared_net_is_deterministic_across_threads(wide_linear_spec());
   shared_net_is_deterministic_across_threads(rlpar_test::blocks_spec());
+  shared_net_is_deterministic_across_threads(rlpar_test::concat_spec(), rlpar_test::concat_indices);
   recurrent_net_is_deterministic_across_threads(false);
   if (rlpar::amx::available()) recurrent_net_is_deterministic_across_threads(true);
   learner_publishes_while_actors_infer();

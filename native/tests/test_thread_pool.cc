@@ -118,12 +118,15 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // kernels sum every float in the same order; the portable GEMM path only within rounding), for
 // pools of several sizes; and the same results whatever the calling thread, with threads sharing
 // the pool or each having its own.
+// `fix_obs` (nullable) makes the random inputs valid for the net (an embedding's indices).
 void split_matches_whole(const char* name, const rlpar::NetSpec& spec, int64_t steps,
-                         int64_t seqs) {
+                         int64_t seqs,
+                         void (*fix_obs)(std::vector<float>&, int64_t rows) = nullptr) {
   const rlpar::Net net(spec);
   const auto params = random_vector(net.num_params(), 5, 0.15f);
   const int64_t rows = steps * seqs;
-  const auto obs = random_vector(rows * net.input_size(), 6, 1.0f);
+  auto obs = random_vector(rows * net.input_size(), 6, 1.0f);
+  if (fix_obs) fix_obs(obs, rows);
   const auto dout = random_vector(rows * net.output_size(), 7, 1.0f);
   const auto state0 = random_vector(seqs * net.state_size(), 8, 0.5f);
   std::vector<uint8_t> resets(rows, 0);
@@ -267,5 +270,7 @@ int main() {
   // of 37 the weight in place, of 21 the few-rows tiles.
   split_matches_whole("wide linear + LSTM", wide_linear_spec(), 1, 150);
   split_matches_whole("pool, layernorm, residual blocks", rlpar_test::blocks_spec(), 1, 90);
+  split_matches_whole("concat branches, embedding", rlpar_test::concat_spec(), 1, 400,
+                      rlpar_test::concat_indices);
   return rlpar_test::finish("test_thread_pool");
 }

@@ -6,8 +6,8 @@ torch, reading the same flat parameters, and the check that a twin agrees before
   `torch_input` (NCHW float32 for image nets);
 - `check_twin`: raises when a twin's output differs from the native net's.
 
-Layers: Linear, Conv2d, ReLU, Tanh, Flatten (torch's twin also MaxPool2d, Residual, and LayerNorm
-on flat inputs); heads: Categorical and Value.
+Layers: Linear, Conv2d, ReLU, Tanh, Flatten (torch's twin also MaxPool2d, Residual, LayerNorm
+on flat inputs, Concat and Embedding); heads: Categorical and Value.
 """
 
 from __future__ import annotations
@@ -95,7 +95,10 @@ def torch_twin(net: rlpar.Net, params: np.ndarray, torch):
 
     Its input is ``[B, C, H, W]`` float32 for image nets (see `torch_input`), ``[B, D]`` otherwise.
     A Residual is a module whose forward is ``x + body(x)``; a LayerNorm is covered on flat
-    inputs only (on images it normalizes channels, which torch's layout puts first).
+    inputs only (on images it normalizes channels, which torch's layout puts first). A Concat
+    slices its flat input per branch (an image branch permuted to NCHW), runs each branch's
+    modules and concatenates their outputs flattened in rlpar's (H, W, C) order; an Embedding
+    is ``nn.Embedding`` on the indices, its outputs side by side.
     """
     nn = torch.nn
     views = net.param_views(params)
@@ -108,6 +111,32 @@ def torch_twin(net: rlpar.Net, params: np.ndarray, torch):
 
         def forward(self, x):
             return x + self.body(x)
+
+    class Concat(nn.Module):  # type: ignore[name-defined]
+        def __init__(self, branches: list[tuple[tuple[int, ...], list]]) -> None:
+            super().__init__()
+            self.shapes = [shape for shape, _ in branches]
+            self.branches = nn.ModuleList(nn.Sequential(*body) for _, body in branches)
+
+        def forward(self, x):
+            outs, off = [], 0
+            for shape, body in zip(self.shapes, self.branches, strict=True):
+                size = int(np.prod(shape))
+                h = x[:, off : off + size].reshape(len(x), *shape)
+                off += size
+                h = body(h.permute(0, 3, 1, 2) if len(shape) == 3 else h)
+                outs.append((h.permute(0, 2, 3, 1) if h.dim() == 4 else h).reshape(len(x), -1))
+            return torch.cat(outs, dim=1)
+
+    class Embedding(nn.Module):  # type: ignore[name-defined]
+        def __init__(self, w: np.ndarray) -> None:
+            super().__init__()
+            self.table = nn.Embedding(*w.shape)
+            with torch.no_grad():
+                self.table.weight.copy_(torch.tensor(w))
+
+        def forward(self, x):
+            return self.table(x.long()).reshape(len(x), -1)
 
     def load(module, w: np.ndarray, b: np.ndarray):
         with torch.no_grad():  # copies: the views are read-only
@@ -130,25 +159,46 @@ def torch_twin(net: rlpar.Net, params: np.ndarray, torch):
             return nn.MaxPool2d(layer.kernel, layer.stride, layer.padding)
         if isinstance(layer, rlpar.LayerNorm) and len(in_shape) == 1:
             return load(nn.LayerNorm(in_shape[0]), views[name + "weight"], views[name + "bias"])
+        if isinstance(layer, rlpar.Embedding):
+            return Embedding(views[name + "weight"])
         simple = {rlpar.ReLU: nn.ReLU, rlpar.Tanh: nn.Tanh, rlpar.Flatten: nn.Flatten}
         if type(layer) in simple:
             return simple[type(layer)]()
         raise NotImplementedError(f"no torch twin for {type(layer).__name__} on {in_shape}")
 
-    modules = []
-    run = 0  # index of the layer as run (a Residual's body layers, then its add)
-    flat_from: tuple[int, ...] = ()  # the image a Flatten just flattened
-    for i, layer in enumerate(net.spec.layers):
-        if isinstance(layer, rlpar.Residual):
-            body = []
-            for j, inner in enumerate(layer.body):
-                body.append(module(inner, f"layers.{i}.{j}.", shapes[run + j], ()))
-            modules.append(Residual(body))
-            run += len(layer.body) + 1
-            continue
-        modules.append(module(layer, f"layers.{i}.", shapes[run], flat_from))
-        flat_from = tuple(shapes[run]) if isinstance(layer, rlpar.Flatten) else ()
-        run += 1
+    def sequence(layers, prefix: str, run: int) -> tuple[list, int]:
+        """Modules of ``layers`` named ``prefix<j>.``, the first run as layer ``run``; and the
+        index as run after them."""
+        modules = []
+        flat_from: tuple[int, ...] = ()  # the image a Flatten just flattened
+        for j, layer in enumerate(layers):
+            name = f"{prefix}{j}."
+            if isinstance(layer, rlpar.Residual):
+                body = [
+                    module(inner, f"{name}{m}.", shapes[run + m], ())
+                    for m, inner in enumerate(layer.body)
+                ]
+                modules.append(Residual(body))
+                run += len(layer.body) + 1
+                continue
+            if isinstance(layer, rlpar.Concat):
+                branches = []
+                run += 1  # each branch: its slice, then its layers; then the join
+                for k, branch in enumerate(layer.branches):
+                    body, run = sequence(branch.layers, f"{name}{k}.", run)
+                    # Concat flattens an image branch itself, in rlpar's order.
+                    while body and isinstance(body[-1], nn.Flatten):
+                        body.pop()
+                    branches.append((branch.shape, body))
+                    run += 1
+                modules.append(Concat(branches))
+                continue
+            modules.append(module(layer, name, shapes[run], flat_from))
+            flat_from = tuple(shapes[run]) if isinstance(layer, rlpar.Flatten) else ()
+            run += 1
+        return modules, run
+
+    modules, _ = sequence(net.spec.layers, "layers.", 0)
     head_w, head_b = _head_matrix(net, views)
     modules.append(load(nn.Linear(*head_w.shape), head_w.T, head_b))
     return nn.Sequential(*modules)

@@ -125,4 +125,23 @@ void layernorm_data_grad(float* dx, const float* dy, const float* x, const float
 // y = x + skip, elementwise (y may equal x).
 void add_forward(float* y, const float* x, const float* skip, int64_t n);
 
+// copy_columns: columns [off, off + cols) of each row of x [rows, stride] -> y [rows, cols];
+// put_columns: y [rows, cols] -> those columns of x. A Concat's slices and its join.
+void copy_columns(float* y, const float* x, int64_t rows, int64_t cols, int64_t stride,
+                  int64_t off);
+void put_columns(float* x, const float* y, int64_t rows, int64_t cols, int64_t stride,
+                 int64_t off);
+
+// Embedding: x [rows, k] holds indices into the table w [num, dim]; y [rows, k dim] gets row
+// x[r, j] of w at columns [j dim, (j + 1) dim). Checks every index first: one that is not an
+// integer in [0, num) throws (std::out_of_range when an integer out of range, else
+// std::invalid_argument) naming `where`, the value, its row (first_row + r) and its column.
+void embedding_forward(float* y, const float* x, const float* w, int64_t rows, int64_t k,
+                       int64_t num, int64_t dim, int64_t first_row, const char* where);
+// dw[i] += the dy vectors of every index equal to i, over all rows in row order (indices
+// checked by the forward). Part p of `parts` does the table rows [split_range(num)], so the
+// split sums in the order of the whole call.
+void embedding_weight_grad(float* dw, const float* dy, const float* x, int64_t rows, int64_t k,
+                           int64_t num, int64_t dim, int64_t part, int64_t parts);
+
 }  // namespace rlpar::layers

@@ -73,7 +73,12 @@ class ExternalLayer {
                         const Shape& in_shape, const Shape& out_shape, int64_t batch) = 0;
 };
 
-enum class LayerKind { Linear, Conv2d, ReLU, Tanh, Flatten, External, MaxPool2d, LayerNorm, Residual };
+enum class LayerKind {
+  Linear, Conv2d, ReLU, Tanh, Flatten, External, MaxPool2d, LayerNorm, Residual,
+  Concat,     // the spec's block; as run, its slices, the branches' layers, then the join
+  Embedding,
+  Slice,      // as run only: one Concat branch's columns of the block's input
+};
 enum class HeadKind { Categorical, Value, Gaussian };
 
 // MaxPool2d: k x k windows of an image, padded with -inf (torch.nn.MaxPool2d; padding <= k / 2).
@@ -82,15 +87,27 @@ enum class HeadKind { Categorical, Value, Gaussian };
 // the size expected there (0: any).
 // Residual: y = x + body(x); the body is a sequence of layers whose output shape is its input's.
 // One level: a body holds no Residual.
+// Concat: several encoders side by side on a flat input (F,). Branch k takes the columns
+// [off_k, off_k + prod(branch_shapes[k])) (off_k: the sizes of the branches before it), viewed as
+// branch_shapes[k] ({D} or {H, W, C}), runs branches[k] (empty: the slice as it is), and the
+// branches' outputs, flattened, are concatenated: (sum of their sizes,). The shapes' sizes must
+// add up to F. A branch holds no Concat; it may hold Residual blocks.
+// Embedding: (K,) float indices, each an integer in [0, num_embeddings) -> (K * out_features,),
+// column k's vector of the table weight [num_embeddings, out_features] at [k dim, (k + 1) dim).
+// A value that is not such an integer throws (std::out_of_range for an integer out of range,
+// std::invalid_argument otherwise), naming it, its row and its column.
 struct LayerSpec {
   LayerKind kind = LayerKind::ReLU;
-  int64_t out_features = 0;  // Linear; LayerNorm: the normalized size, 0 = any
+  int64_t out_features = 0;  // Linear; LayerNorm: the normalized size, 0 = any; Embedding: dim
+  int64_t num_embeddings = 0;  // Embedding
   int64_t out_channels = 0;  // Conv2d
   int64_t kernel = 0;        // Conv2d, MaxPool2d
   int64_t stride = 1;
   int64_t padding = 0;
   std::shared_ptr<ExternalLayer> external;  // External
   std::vector<LayerSpec> body;              // Residual
+  std::vector<Shape> branch_shapes;         // Concat: each branch's input shape
+  std::vector<std::vector<LayerSpec>> branches;  // Concat: each branch's layers
 
   static LayerSpec linear(int64_t out_features);
   static LayerSpec conv2d(int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding);
@@ -101,6 +118,9 @@ struct LayerSpec {
   static LayerSpec maxpool2d(int64_t kernel, int64_t stride, int64_t padding);
   static LayerSpec layernorm(int64_t features = 0);
   static LayerSpec residual(std::vector<LayerSpec> body);
+  static LayerSpec concat(std::vector<Shape> branch_shapes,
+                          std::vector<std::vector<LayerSpec>> branches);
+  static LayerSpec embedding(int64_t num_embeddings, int64_t dim);
 };
 
 // Categorical: `size` logits. Value: one scalar (size must be 1). Gaussian: `size` means followed
@@ -148,11 +168,12 @@ struct SeqArgs {
 
 struct ParamInfo {
   std::string name;   // e.g. "layers.0.weight", "heads.1.bias", "heads.2.log_std"
-  std::string role;   // "weight", "bias", "gain" (LayerNorm) or "log_std"
+  std::string role;   // "weight" (Embedding: the table), "bias", "gain" (LayerNorm) or "log_std"
   int64_t offset = 0;
   Shape shape;        // Linear weight [in, out]; conv weight [KH, KW, C, OC]
-  // Layer index (of spec.layers: a Residual's body layer j is named "layers.<index>.<j>."), or
-  // head index for head parameters.
+  // Layer index (of spec.layers: a Residual's body layer j is named "layers.<index>.<j>.", a
+  // Concat's branch k layer j "layers.<index>.<k>.<j>.", and a Residual's body layer m there
+  // "layers.<index>.<k>.<j>.<m>."), or head index for head parameters.
   int64_t index = 0;
   bool in_head = false;
 };
@@ -209,7 +230,9 @@ class Net {
   int64_t output_size() const { return output_size_; }
   const std::vector<ParamInfo>& param_info() const { return params_; }
   const std::vector<OutputInfo>& outputs() const { return outputs_; }
-  // Input shape of each layer as run (a Residual's body layers, then its add), then the features.
+  // Input shape of each layer as run (a Residual's body layers, then its add; a Concat's slice
+  // of a branch, that branch's layers, ..., then its join), then the features. A slice's input
+  // is the block's input; the join's, the concatenated output.
   const std::vector<Shape>& activation_shapes() const { return shapes_; }
   double flops_per_sample() const { return flops_per_sample_; }
   bool has_external() const { return has_external_; }
@@ -264,7 +287,13 @@ class Net {
                     bool in_head);
   void add_layer(const LayerSpec& ls, size_t index, const std::string& prefix,
                  const std::string& where, Shape& cur);
-  void add_residual(const LayerSpec& ls, size_t index, const std::string& where, Shape& cur);
+  void add_residual(const LayerSpec& ls, size_t index, const std::string& prefix,
+                    const std::string& where, Shape& cur);
+  void add_concat(const LayerSpec& ls, size_t index, const std::string& where, Shape& cur);
+  void build_embedding(Layer& L, const LayerSpec& ls, size_t index, const std::string& prefix,
+                       const std::string& where);
+  void concat_backward(const Layer& l, float* dy, float* dnext, Workspace& ws,
+                       int64_t rows) const;
   Layer build_layer(const LayerSpec& ls, size_t index, const std::string& prefix,
                     const std::string& where, const Shape& in);
   void build_linear(Layer& L, const LayerSpec& ls, size_t index, const std::string& prefix,
@@ -298,7 +327,9 @@ class Net {
                     float** scratch) const;
 
   NetSpec spec_;
-  std::vector<Layer> layers_;  // as run: a Residual is its body's layers, then an add
+  // As run: a Residual is its body's layers, then an add; a Concat is, for each branch, a slice
+  // then the branch's layers, then a join.
+  std::vector<Layer> layers_;
   std::vector<Shape> shapes_;  // shapes_[i] = input of layer i; shapes_.back() = features
   std::vector<ParamInfo> params_;
   std::vector<OutputInfo> outputs_;
