@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
-import torch
 
 import rlpar
 
@@ -40,16 +39,27 @@ import rlpar
 @dataclass(frozen=True)
 class PpoKlConfig:
     lr: float = 3e-4
+    """Adam's learning rate."""
     gamma: float = 0.99
+    """Discount."""
     gae_lambda: float = 0.95
+    """GAE's lambda."""
     epochs: int = 4
+    """Passes over each batch."""
     minibatches: int = 4
-    kl_target: float = 0.01  # d_targ
-    kl_coef: float = 1.0  # beta's initial value
+    """Minibatches of whole unrolls per pass (a divisor of the batch's columns)."""
+    kl_target: float = 0.01
+    """d_targ: the mean KL per batch the penalty steers to."""
+    kl_coef: float = 1.0
+    """beta's initial value (then halved or doubled after each batch)."""
     value_cost: float = 0.5
+    """Weight of the value regression."""
     entropy_cost: float = 0.0
+    """Weight of the entropy bonus."""
     max_grad_norm: float = 0.5
+    """Global gradient norm clip."""
     hidden: tuple[int, ...] = (64, 64)
+    """MLP torso widths (tanh)."""
 
     def __post_init__(self) -> None:
         rlpar.check_field_types(self)
@@ -156,6 +166,8 @@ class PpoKl(rlpar.Agent):
         return {**metrics[-1], "kl": kl, "kl_coef": state.extra["kl_coef"]}
 
     def objective(self, out, batch, beta: float):  # out: tensor [T + 1, N, output_size]
+        import torch  # here, not at the top: loading the config needs no torch
+
         c = self.config
         heads = batch.heads(out)  # logits [T + 1, N, n], value [T + 1, N]
         b = batch.batch

@@ -32,6 +32,9 @@ CONFIG = ROOT / "experiments" / "cartpole_ppo_kl_torch.toml"
 
 @pytest.fixture(scope="module")
 def ppo():
+    """The example, loaded as the file it is (and registering its agent), then unloaded; an
+    earlier load (a test that read the shipped config imports it as a plug-in) is put back."""
+    before = sys.modules.pop("ppo_kl_torch", None), registry._AGENTS.pop("ppo-kl-torch", None)
     spec = importlib.util.spec_from_file_location("ppo_kl_torch", EXAMPLE)
     module = importlib.util.module_from_spec(spec)
     sys.modules["ppo_kl_torch"] = module  # the dataclass looks its module up
@@ -41,6 +44,10 @@ def ppo():
     finally:
         sys.modules.pop("ppo_kl_torch", None)
         registry._AGENTS.pop("ppo-kl-torch", None)
+        if before[0] is not None:
+            sys.modules["ppo_kl_torch"] = before[0]
+        if before[1] is not None:
+            registry._AGENTS["ppo-kl-torch"] = before[1]
 
 
 def random_batch(t: int, n: int, seed: int) -> rlpar.Batch:
