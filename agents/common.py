@@ -33,6 +33,13 @@ class NetConfig:
     """Channels of each section (conv, max-pool, two residual blocks) of the "impala_cnn" torso."""
     conv_hidden: int = 128
     """Width of the Linear layer after the conv torso (either kind)."""
+    encoders: str = "flat"
+    """For a Dict or Tuple observation (encoded into one vector, `rlpar.spaces`): "flat" (the MLP
+    of `hidden` on the whole vector) or "per_leaf" (each image leaf (H, W, C) through a conv
+    torso of its own, the layers of `conv` with a ReLU after each, flattened; every other leaf as
+    it is; all side by side (`rlpar.Concat`) into the MLP of `hidden`). An image leaf's values
+    reach its conv as they are (MiniGrid's object codes; no 1/255). Other observations get the
+    torso of their shape either way."""
     init_log_std: float = 0.0
     """Initial log standard deviation of a Gaussian policy."""
     lstm: int = 0
@@ -66,6 +73,10 @@ class NetConfig:
             raise rlpar.ConfigError(
                 "impala_channels: expected a non-empty list of integers >= 1, "
                 f"got {list(self.impala_channels)!r}"
+            )
+        if self.encoders not in ("flat", "per_leaf"):
+            raise rlpar.ConfigError(
+                f"encoders: expected 'flat' or 'per_leaf', got {self.encoders!r}"
             )
         if self.activation not in ("tanh", "relu"):
             raise rlpar.ConfigError(
@@ -103,8 +114,10 @@ def _torso_spec(obs_space: gym.Space, action_space: gym.Space, cfg: NetConfig) -
     if not isinstance(obs_space, gym.spaces.Box):
         raise ValueError(f"unsupported observation space {obs_space}: expected a Box")
     shape = tuple(int(d) for d in obs_space.shape)
+    activation: Literal["tanh", "relu"] = "tanh" if cfg.activation == "tanh" else "relu"
+    if cfg.encoders == "per_leaf" and isinstance(obs_space, rlpar.EncodedBox):
+        return _per_leaf_spec(obs_space, heads, cfg, activation)
     if len(shape) == 1:
-        activation: Literal["tanh", "relu"] = "tanh" if cfg.activation == "tanh" else "relu"
         return rlpar.mlp_spec(shape[0], heads, hidden=cfg.hidden, activation=activation)
     if len(shape) == 3:
         frames = obs_space.dtype == np.uint8 and float(np.max(obs_space.high)) > 1
@@ -130,6 +143,37 @@ def _torso_spec(obs_space: gym.Space, action_space: gym.Space, cfg: NetConfig) -
     raise ValueError(
         f"unsupported observation shape {shape}: expected a vector (D,) or an image (H, W, C)"
     )
+
+
+def _per_leaf_spec(
+    obs_space: rlpar.EncodedBox,
+    heads: list,
+    cfg: NetConfig,
+    activation: Literal["tanh", "relu"],
+) -> rlpar.NetSpec:
+    """Each image leaf through its own conv torso, the other leaves' columns as they are (runs
+    of them in one branch), side by side, then the MLP of ``cfg.hidden``."""
+    branches: list[rlpar.Branch] = []
+    run = 0  # columns of non-image leaves not yet in a branch
+    for leaf in obs_space.leaves:
+        if not leaf.image:
+            run += leaf.size
+            continue
+        if run:
+            branches.append(rlpar.Branch((run,)))
+            run = 0
+        conv: list = []
+        for oc, k, s in cfg.conv:
+            conv += [rlpar.Conv2d(oc, k, s), rlpar.ReLU()]
+        shape = tuple(int(d) for d in leaf.space.shape or ())
+        branches.append(rlpar.Branch(shape, [*conv, rlpar.Flatten()]))
+    if run:
+        branches.append(rlpar.Branch((run,)))
+    act = rlpar.Tanh if activation == "tanh" else rlpar.ReLU
+    layers: list = [rlpar.Concat(branches)]
+    for h in cfg.hidden:
+        layers += [rlpar.Linear(h), act()]
+    return rlpar.NetSpec(input_shape=(int(obs_space.shape[0]),), layers=layers, heads=heads)
 
 
 @dataclass

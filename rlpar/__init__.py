@@ -104,7 +104,7 @@ from rlpar.registry import make_agent, register_agent, register_env, registered_
 from rlpar.runtime import Progress, Runner, RunResult
 from rlpar.runtime.evaluation import Evaluation, evaluate_policy
 from rlpar.snapshot import Snapshot, SnapshotStore
-from rlpar.spaces import categorical_dims
+from rlpar.spaces import EncodedBox, categorical_dims
 from rlpar.torch_loss import TorchBatch, TorchLoss
 
 __version__ = "0.1.0"
@@ -121,6 +121,7 @@ __all__ = [
     "ConfigError",
     "Conv2d",
     "Embedding",
+    "EncodedBox",
     "EnvConfig",
     "EvalConfig",
     "Evaluation",

@@ -28,12 +28,21 @@ the rollout holds the encoded vector.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["FlatObservation", "categorical_dims", "encoded", "encoder_for", "fed_as_is"]
+__all__ = [
+    "EncodedBox",
+    "FlatObservation",
+    "Leaf",
+    "categorical_dims",
+    "encoded",
+    "encoder_for",
+    "fed_as_is",
+]
 
 _LEAVES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
 
@@ -180,6 +189,46 @@ def _described(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"[:80]
 
 
+@dataclass(frozen=True)
+class Leaf:
+    """One leaf of a Dict/Tuple observation in the encoded vector: its ``path``
+    (``obs["image"]``, ``obs[1]``), its ``space``, and the ``size`` columns from ``offset`` that
+    hold its encoding (an image leaf (H, W, C) flattened in that order, so its columns viewed as
+    ``space.shape`` are the image)."""
+
+    path: str
+    space: gym.Space
+    offset: int
+    size: int
+
+    @property
+    def image(self) -> bool:
+        """An (H, W, C) Box leaf: one a conv branch can read (`rlpar.Branch`)."""
+        return isinstance(self.space, gym.spaces.Box) and len(self.space.shape) == 3
+
+
+class EncodedBox(gym.spaces.Box):
+    """The float32 vector `FlatObservation` makes of a Dict or Tuple observation: a ``Box``
+    like any other, which also knows where each leaf lies (``leaves``), so that an agent can
+    give each leaf an encoder of its own (`rlpar.Concat`; the built-in agents' ``[agent.net]
+    encoders = "per_leaf"``)."""
+
+    def __init__(self, low: np.ndarray, high: np.ndarray, leaves: Sequence[Leaf]) -> None:
+        super().__init__(low, high, dtype=np.float32)
+        self.leaves = tuple(leaves)
+
+
+def _leaves(space: gym.Space) -> list[Leaf]:
+    """The `Leaf` of each of ``space``'s leaves, in the order `gymnasium.spaces.flatten` lays
+    them side by side."""
+    out, offset = [], 0
+    for keys, leaf in _leaf_paths(space):
+        size = int(gym.spaces.flatdim(leaf))
+        out.append(Leaf(_path_name(keys), leaf, offset, size))
+        offset += size
+    return out
+
+
 class FlatObservation(gym.ObservationWrapper):
     """One env's observations as the net is fed them (the module docstring's table): a Box of
     one or three dimensions cast to float32 keeps its shape, everything else becomes one
@@ -201,9 +250,11 @@ class FlatObservation(gym.ObservationWrapper):
             flat = gym.spaces.flatten_space(kept)
             assert isinstance(flat, gym.spaces.Box)  # every leaf checked has a flat Box
             low, high = flat.low, flat.high
-        self.observation_space = gym.spaces.Box(
-            low.astype(np.float32), high.astype(np.float32), dtype=np.float32
-        )
+        low, high = low.astype(np.float32), high.astype(np.float32)
+        if self.shape is None and isinstance(kept, (gym.spaces.Dict, gym.spaces.Tuple)):
+            self.observation_space = EncodedBox(low, high, _leaves(kept))
+        else:
+            self.observation_space = gym.spaces.Box(low, high, dtype=np.float32)
         self.leaves = _leaf_paths(kept)
         self.env_id = env_id
 
