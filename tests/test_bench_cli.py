@@ -186,6 +186,10 @@ def test_bench_runtime_and_envs_json(tmp_path) -> None:
     )
     assert r["env_only_steps_per_s"] > 0 and 0 < r["ratios"]["one_actor_vs_env_only"]
     assert r["python_take_learner"]["1"] > 0
+    d = r["dict_observation"]  # a Dict of a frame and a vector beside the frame alone
+    assert set(d["env_steps_per_s"]) == {"box_image", "dict_image_vector"}
+    assert all(v > 0 for v in d["env_steps_per_s"].values()) and d["ratio_dict_vs_box"] > 0
+    assert set(d["actor_us_per_step"]["dict_image_vector"]) == {"env", "inference"}
     assert 0 < r["ratios"]["one_actor_python_take_vs_env_only"]
     if importlib.util.find_spec("minatar") is not None:  # the MinAtar case where it is installed
         m = r["minatar_breakout"]

@@ -70,6 +70,61 @@ MINATAR_SPLIT = dataclasses.replace(MINATAR, double_buffer=True)
 MINATAR_NET: dict[str, Any] = {"conv": [[16, 3, 1]], "conv_hidden": 128}
 MINATAR_UNROLL = 20
 
+
+class _ImageEnv(gym.Env):
+    """An 84 x 84 x 3 uint8 frame, or (``vector``) a Dict of that frame and a 16-float vector,
+    that costs nothing to step (the same arrays every step, episodes of 200 steps): what the
+    runtime does per observation of each kind, and nothing else."""
+
+    def __init__(self, vector: bool = False) -> None:
+        image = gym.spaces.Box(0, 255, (84, 84, 3), np.uint8)
+        vec = gym.spaces.Box(-1.0, 1.0, (16,), np.float32)
+        self.vector = vector
+        self.observation_space = (
+            gym.spaces.Dict({"image": image, "vector": vec}) if vector else image
+        )
+        self.action_space = gym.spaces.Discrete(4)
+        rng = np.random.default_rng(0)
+        self._image = rng.integers(0, 256, (84, 84, 3), dtype=np.uint8)
+        self._vec = rng.uniform(-1.0, 1.0, 16).astype(np.float32)
+        self._t = 0
+
+    def _obs(self) -> Any:
+        return {"image": self._image, "vector": self._vec} if self.vector else self._image
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self._t += 1
+        return self._obs(), 0.0, False, self._t >= 200, {}
+
+
+#: `bench_runtime`'s observation-kind case: one actor on a Box frame against a Dict of the
+#: same frame and a vector (the frame through its own conv, `encoders = "per_leaf"`)
+IMAGE_BOX, IMAGE_DICT = "rlpar-bench/Image-v0", "rlpar-bench/ImageDict-v0"
+IMAGE_NET: dict[str, Any] = {
+    "conv": [[16, 8, 4], [32, 4, 2]],
+    "conv_hidden": 256,
+    "hidden": [256],
+    "activation": "relu",
+    "encoders": "per_leaf",
+}
+IMAGE_ENVS = 8
+
+
+def _register_image_envs() -> None:
+    for env_id, vector in ((IMAGE_BOX, False), (IMAGE_DICT, True)):
+        if env_id not in gym.registry:
+            gym.register(
+                env_id,
+                lambda vector=vector, **kw: _ImageEnv(vector, **kw),
+                disable_env_checker=True,  # the same arrays every step, on purpose
+            )
+
+
 _GIL_KEYS = ("actor_held", "actor_wait", "actor_native", "learner_held", "ceiling")
 
 
@@ -170,6 +225,7 @@ def bench_runtime(quick: bool = False) -> dict[str, Any]:
     out = _cartpole_report(med)
     if minatar:
         out["minatar_breakout"] = _minatar_report(med, envs_per_actor)
+    out["dict_observation"] = _dict_report(med)
     out["learner_step"] = bench_learner_step(quick)
     out["setup"] = {
         "env": "CartPole-v1 (gymnasium vector env)",
@@ -193,6 +249,11 @@ def _runtime_configs(seconds: float, envs_per_actor: int, minatar: bool) -> dict
         1, False, seconds, envs_per_actor, python_take=True
     )
     configs["env_only"] = lambda: env_only_rate(seconds / 2, envs_per_actor)
+    _register_image_envs()
+    for env_id in (IMAGE_BOX, IMAGE_DICT):
+        configs[env_id] = lambda e=env_id: runtime_measure(
+            1, False, seconds, IMAGE_ENVS, e, 16, net=IMAGE_NET
+        )
     if minatar:
         for busy in (False, True):
             for key, env in (("minatar", MINATAR), ("minatar_double_buffer", MINATAR_SPLIT)):
@@ -228,6 +289,29 @@ def _cartpole_report(med: dict[Any, Any]) -> dict[str, Any]:
     }
     out["gil"]["1_actor_python_take"] = _gil_shares(med["python_take"])
     return out
+
+
+def _dict_report(med: dict[Any, Any]) -> dict[str, Any]:
+    """One actor (learner idle) on the 84 x 84 x 3 frame as a Box against a Dict of the same
+    frame and a 16-float vector: env steps/s, the ratio, and the actor's time a step."""
+    box, dct = med[IMAGE_BOX], med[IMAGE_DICT]
+
+    def per_step_us(m: dict[str, float]) -> dict[str, float]:
+        steps = m["rollouts"] * 16
+        return {k: round(m[f"{k}_s"] / steps * 1e6, 1) for k in ("env", "inference")}
+
+    return {
+        "env_steps_per_s": {
+            "box_image": round(box["rate"]),
+            "dict_image_vector": round(dct["rate"]),
+        },
+        "ratio_dict_vs_box": round(dct["rate"] / box["rate"], 3),
+        "actor_us_per_step": {"box_image": per_step_us(box), "dict_image_vector": per_step_us(dct)},
+        "setup": f"1 actor x {IMAGE_ENVS} envs sync, T = 16, learner idle; Box: uint8 frame "
+        "(84, 84, 3) fed as it is; Dict: that frame + a (16,) float vector, encoded to float32 "
+        "(rlpar.spaces.FlatObservation), the frame through its own conv (encoders = per_leaf); "
+        "conv 16x8x8/4, 32x4x4/2, then 256",
+    }
 
 
 def _minatar_report(med: dict[Any, Any], envs_per_actor: int) -> dict[str, Any]:
