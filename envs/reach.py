@@ -15,6 +15,8 @@ Observation ``Dict``:
 - ``"joints"``: float32 ``[4]``, (cos, sin) of each joint's angle (the only place the arm is
   shown).
 
+``render_mode="rgb_array"`` draws the grid (target, base, elbow, fingertip) for videos.
+
 A policy that reads only one of them cannot do better than chance. Moving the joints one at a
 time takes up to ``d1 + d2`` steps where moving them together takes ``max(d1, d2)``, so the
 best return asks for coordinated dimensions: 1 - 0.1 (k - 1) for a reach in k steps (about
@@ -24,6 +26,7 @@ best return asks for coordinated dimensions: 1 - 0.1 (k - 1) for a reach in k st
 from __future__ import annotations
 
 import math
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -32,9 +35,26 @@ __all__ = ["JointReachEnv"]
 
 
 class JointReachEnv(gym.Env):
-    """Move a two-joint arm's fingertip onto the target cell, both joints at once."""
+    """Move a two-joint arm's fingertip onto the target cell, both joints at once.
 
-    def __init__(self, size: int = 11, steps: int = 8, max_steps: int = 20) -> None:
+    ``render_mode="rgb_array"``: a frame of the grid, ``CELL`` pixels a cell: the target red,
+    the base grey, the elbow's cell blue, the fingertip's green (over the target once there)."""
+
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": 5}  # noqa: RUF012
+    CELL = 12
+    COLORS: ClassVar[dict[str, tuple[int, int, int]]] = {
+        "target": (220, 40, 40),
+        "base": (128, 128, 128),
+        "elbow": (60, 90, 230),
+        "tip": (40, 200, 70),
+    }
+
+    def __init__(
+        self, size: int = 11, steps: int = 8, max_steps: int = 20, render_mode: str | None = None
+    ) -> None:
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode: expected None or 'rgb_array', got {render_mode!r}")
+        self.render_mode = render_mode
         for key, value, low in (
             ("size", size, 5),
             ("steps", steps, 4),
@@ -74,6 +94,20 @@ class JointReachEnv(gym.Env):
             np.float32,
         )
         return {"target": image, "joints": joints}
+
+    def render(self) -> np.ndarray:
+        """The grid as an RGB frame [size * CELL, size * CELL, 3] uint8."""
+        grid = np.zeros((self.size, self.size, 3), np.uint8)
+        centre = (self.size - 1) // 2
+        a1 = 2 * math.pi * self.q[0] / self.steps
+        elbow = (round(centre - self.links[0] * math.sin(a1)),
+                 round(centre + self.links[0] * math.cos(a1)))  # fmt: skip
+        grid[self.target[0], self.target[1]] = self.COLORS["target"]
+        grid[centre, centre] = self.COLORS["base"]
+        grid[elbow] = self.COLORS["elbow"]
+        tip = self.cells[self.q[0], self.q[1]]
+        grid[tip[0], tip[1]] = self.COLORS["tip"]
+        return np.repeat(np.repeat(grid, self.CELL, axis=0), self.CELL, axis=1)
 
     def _reached(self) -> bool:
         return bool((self.cells[self.q[0], self.q[1]] == self.target).all())

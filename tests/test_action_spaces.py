@@ -196,6 +196,23 @@ def test_joint_reach_pays_for_moving_both_joints_at_once() -> None:
         env.step(np.array([3, 0]))
 
 
+def test_joint_reach_renders_the_target_the_base_and_the_fingertip() -> None:
+    import rlpar.envs
+
+    env = gym.make("rlpar/JointReach-v0", render_mode="rgb_array").unwrapped
+    env.reset(seed=3)
+    frame = env.render()
+    cell, colors = rlpar.envs.JointReachEnv.CELL, rlpar.envs.JointReachEnv.COLORS
+    assert frame.shape == (11 * cell, 11 * cell, 3) and frame.dtype == np.uint8
+    grid = frame[::cell, ::cell]
+    tip = env.cells[env.q[0], env.q[1]]
+    assert tuple(grid[env.target[0], env.target[1]]) == colors["target"]
+    assert tuple(grid[tip[0], tip[1]]) == colors["tip"]
+    assert tuple(grid[5, 5]) == colors["base"]
+    with pytest.raises(ValueError, match="render_mode: expected None or 'rgb_array'"):
+        rlpar.envs.JointReachEnv(render_mode="human")
+
+
 class CueDiscrete7(CueEnv):
     """The cue env's observation with a Discrete(7) action: a net of the same size as
     MultiDiscrete([3, 4])'s, which means something else."""

@@ -8,10 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
 PLUGIN = '''import gymnasium as gym
+import gymnasium as gym
 import numpy as np
 
 
@@ -219,6 +221,27 @@ def test_a_native_env_is_recorded_with_its_own_render(tmp_path: Path) -> None:
             board = frames[10 * episode + t][::cell, ::cell]
             rows = np.flatnonzero((board == ball).all(axis=-1).any(axis=1))
             assert list(rows) == [t]
+
+
+def test_a_dict_env_with_a_conv_per_leaf_is_recorded(tmp_path: Path) -> None:
+    """JointReach (a Dict observation, MultiDiscrete actions) trained with a conv on its image
+    leaf: `rlpar eval --video` rebuilds that net from the run and records the env's renders,
+    each episode starting with the frame of ``reset(seed=episode)``."""
+    import rlpar.envs  # registers rlpar/JointReach-v0 in this process too
+    from PIL import Image, ImageSequence
+
+    run_dir = trained(tmp_path, "rlpar/JointReach-v0", "agent.net.encoders=per_leaf")
+    out = tmp_path / "reach.gif"
+    proc = cli(tmp_path, "eval", str(run_dir), "--video", str(out), "--episodes", "2")
+    assert proc.returncode == 0, proc.stderr
+    with Image.open(out) as gif:
+        frames = [np.asarray(f.convert("RGB")) for f in ImageSequence.Iterator(gif)]
+    assert 4 <= len(frames) <= 2 * 21  # a reset frame and 1 to 20 steps an episode
+    env = gym.make("rlpar/JointReach-v0", render_mode="rgb_array")
+    env.reset(seed=0)
+    np.testing.assert_array_equal(frames[0], env.render())
+    env.close()
+    assert rlpar.envs.JointReachEnv.metadata["render_modes"] == ["rgb_array"]
 
 
 def gif_frames(data: bytes) -> list[np.ndarray]:
