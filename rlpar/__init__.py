@@ -25,7 +25,9 @@ Public API (everything a user or a plug-in agent needs is importable from here):
   `Evaluation`; a run's final parameters are `Runner.params` after `Runner.run`;
 - plug-ins: `register_agent`, `make_agent`, `registered_agents`, `register_env`,
   `check_field_types` (a plug-in config dataclass checks its fields as the built-ins do);
-- GIL policy: `gil_release_threshold`, `set_gil_release_threshold`, `gil_calibration`.
+- GIL policy: `gil_release_threshold`, `set_gil_release_threshold`, `gil_calibration`;
+- the machine: `amx_available`, `cpu_info` (CPU model and flags, the build's -march, the kernel
+  set that runs and its cap ``RLPAR_MAX_ISA``).
 """
 
 import os as _os
@@ -33,6 +35,8 @@ import os as _os
 try:
     from rlpar import _native  # noqa: F401  (the compiled core; everything below needs it)
 except ImportError as _e:  # pragma: no cover - exercised in a child process by the tests
+    if str(_e).startswith("RLPAR_MAX_ISA"):  # the core refused the kernel-set cap (rlpar/isa.h)
+        raise ValueError(str(_e)) from None
     raise ImportError(
         f"rlpar's compiled core (rlpar._native) cannot be imported from "
         f"{_os.path.dirname(__file__)} ({_e}). If this is the source checkout, Python found "
@@ -84,6 +88,7 @@ from rlpar.nn import (
     Value,
     amx_available,
     conv_spec,
+    cpu_info,
     gil_calibration,
     gil_release_threshold,
     impala_cnn_spec,
@@ -165,6 +170,7 @@ __all__ = [
     "check_field_types",
     "clip_grad_norm",
     "conv_spec",
+    "cpu_info",
     "evaluate_policy",
     "gil_calibration",
     "gil_release_threshold",

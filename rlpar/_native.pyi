@@ -11,11 +11,15 @@ import typing
 __all__: list[str] = ['CategoricalSampler', 'FusedActorLoop', 'HeadSpec', 'LayerSpec', 'Net', 'NetSpec', 'RolloutInbox', 'Snapshot', 'SnapshotStore', 'StepLoop', 'Tape', 'TicketQueue', 'VecEnv', 'actor_critic_loss', 'adam_step', 'bench_snapshot', 'bench_snapshot_readers', 'check_fused_unroll', 'clip_by_global_norm', 'fused_unroll', 'gil_calibration', 'gil_meter', 'gil_release_threshold', 'global_norm', 'learn_loop', 'native_env_names', 'ppo_loss', 'rmsprop_step', 'set_gil_release_threshold', 'sgd_step']
 def amx_available() -> bool:
     """
-    True when this CPU and OS run Intel AMX-BF16 tiles, which LSTM(matmul='bf16x3') needs.
+    True when this CPU and OS run Intel AMX-BF16 tiles, which LSTM(matmul='bf16x3') needs (False while RLPAR_DISABLE_AMX is set or RLPAR_MAX_ISA is below avx512).
+    """
+def build_arch() -> str:
+    """
+    The -march the native core was compiled for ('native', 'x86-64-v3', 'x86-64', ...).
     """
 def simd_kernels() -> str:
     """
-    Which of rlpar's register-blocked kernels this build runs: 'avx512' (Conv2d and Linear; a build for a CPU with AVX-512), 'avx2' (Conv2d only, AVX2 + FMA without AVX-512: an -march=x86-64-v3 build; Linear stays on Eigen), or '' (the portable Eigen path).
+    Which of rlpar's register-blocked kernels run: 'avx512' (Conv2d, Linear and the LSTM cell), 'avx2' (Conv2d only, AVX2 + FMA: an -march=x86-64-v3 build, or RLPAR_MAX_ISA=avx2; Linear stays on Eigen), or '' (the portable Eigen path everywhere). The best that the build, the CPU and the environment variable RLPAR_MAX_ISA allow, chosen once.
     """
 
 class ThreadPool:

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import math
 import os
+import platform
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypedDict
 
 import numpy as np
 
@@ -61,6 +62,7 @@ __all__ = [
     "Value",
     "amx_available",
     "conv_spec",
+    "cpu_info",
     "gil_calibration",
     "gil_release_threshold",
     "impala_cnn_spec",
@@ -98,6 +100,59 @@ def amx_available() -> bool:
     5.16+), which ``LSTM(matmul="bf16x3")`` needs; False also when the environment variable
     ``RLPAR_DISABLE_AMX`` is set (to anything but "" or "0") before rlpar first asks."""
     return bool(_native.amx_available())
+
+
+# The CPU flags (as /proc/cpuinfo spells them) that decide which of rlpar's kernels can run.
+_CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+
+
+class CpuInfo(TypedDict):
+    """What `cpu_info` returns."""
+
+    model: str  #: the CPU's model name ("" when unknown)
+    flags: list[str]  #: those of avx2, fma, avx512f, avx512_bf16, amx_bf16, amx_tile it lists
+    compiled_for: str  #: the -march of the native core ("native", "x86-64-v3", "x86-64", ...)
+    kernels: str  #: the kernel set that runs: "avx512", "avx2" or "" (Eigen alone)
+    max_isa: str | None  #: RLPAR_MAX_ISA as set ("avx512", "avx2", "none"), None when unset
+    amx: bool  #: `amx_available()`
+
+
+def _proc_cpuinfo(path: str = "/proc/cpuinfo") -> dict[str, str]:
+    """The first processor's ``key: value`` lines of /proc/cpuinfo ({} where unreadable)."""
+    fields: dict[str, str] = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    if fields:
+                        break
+                    continue
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return {}
+    return fields
+
+
+def cpu_info() -> CpuInfo:
+    """The CPU, the build and the kernels rlpar runs, for logs and benchmark reports.
+
+    ``model`` comes from /proc/cpuinfo's "model name" (else `platform.processor()`), ``flags``
+    from its "flags" line (empty where it cannot be read). ``kernels`` is what
+    `rlpar._native.simd_kernels()` reports: the best kernel set that the build (``compiled_for``),
+    the CPU and the environment variable ``RLPAR_MAX_ISA`` (``max_isa``; read once, when rlpar is
+    imported) allow. See docs/performance.md, "Kernel sets and RLPAR_MAX_ISA".
+    """
+    fields = _proc_cpuinfo()
+    listed = set(fields.get("flags", "").split())
+    return {
+        "model": fields.get("model name") or platform.processor(),
+        "flags": [flag for flag in _CPU_FLAGS if flag in listed],
+        "compiled_for": str(_native.build_arch()),
+        "kernels": str(_native.simd_kernels()),
+        "max_isa": os.environ.get("RLPAR_MAX_ISA") or None,
+        "amx": amx_available(),
+    }
 
 
 def _sample_shape(name: str, shape: Sequence[int]) -> tuple[int, ...]:

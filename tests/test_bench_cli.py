@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rlpar import amx_available
+from rlpar import _native, amx_available
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -132,6 +132,9 @@ def test_bench_net_json_has_the_documented_shape(tmp_path) -> None:
     assert ("lstm_step_b16_bf16x3_vs_float32" in ratios) == amx_available()
     assert ratios["conv_learner_threads_2v1"] > 0
     assert_load(r["background_load_cores"])
+    assert r["kernels"] == r["cpu_info"]["kernels"] == _native.simd_kernels()
+    assert r["amx"] == r["cpu_info"]["amx"] == amx_available()
+    assert set(r["cpu_info"]) == {"model", "flags", "compiled_for", "kernels", "max_isa", "amx"}
 
 
 def test_bench_snapshot_json_has_the_documented_shape(tmp_path) -> None:

@@ -54,6 +54,8 @@ void bind_gil_policy(py::module_& m) {
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "rlpar native core: shared nets, optimizers and snapshots (GIL released for work)";
+  // A bad RLPAR_MAX_ISA fails the import with its message, before any kernel runs.
+  rlpar_py::check_isa_setting();
   bind_gil_policy(m);
   rlpar_py::bind_net(m);
   rlpar_py::bind_optim(m);
@@ -68,6 +70,7 @@ PYBIND11_MODULE(_native, m) {
   rlpar_py::bind_train_step(m);
   rlpar_py::bind_step_loop(m);
   rlpar_py::bind_gil_calibration(m);
+  rlpar_py::bind_isa(m);
   // Before any call decides about the GIL: hand-off cost x kernel speed (gil_calibration.cc).
   rlpar_py::calibrate_release_threshold();
   py::module_::import("atexit").attr("register")(m.attr("_stop_releasing_gil"));

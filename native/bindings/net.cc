@@ -550,11 +550,8 @@ void bind_net(py::module_& m) {
            "pool=None).");
 
   m.def("amx_available", &rlpar::amx::available,
-        "True when this CPU and OS run Intel AMX-BF16 tiles, which LSTM(matmul='bf16x3') needs.");
-  m.def("simd_kernels", [] { return std::string(rlpar::layers::conv2d_simd_kernels()); },
-        "Which of rlpar's register-blocked kernels this build runs: 'avx512' (Conv2d and Linear; a "
-        "build for a CPU with AVX-512), 'avx2' (Conv2d only, AVX2 + FMA without AVX-512: an "
-        "-march=x86-64-v3 build; Linear stays on Eigen), or '' (the portable Eigen path).");
+        "True when this CPU and OS run Intel AMX-BF16 tiles, which LSTM(matmul='bf16x3') needs "
+        "(False while RLPAR_DISABLE_AMX is set or RLPAR_MAX_ISA is below avx512).");
 
   py::class_<rlpar::ThreadPool>(m, "ThreadPool",
                                 "Worker threads for intra-op parallelism of one caller's net calls.")

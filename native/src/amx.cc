@@ -1,5 +1,7 @@
 #include "rlpar/amx.h"
 
+#include "rlpar/isa.h"
+
 // Compiled for any x86-64 ISA: its own functions switch to AMX and AVX-512 with a target
 // pragma, and available() checks the CPU before any of them runs. It includes no C++ library
 // header with inline code and instantiates no template, so no function compiled for those ISAs
@@ -44,9 +46,11 @@ int64_t packed_b_elems(int64_t k, int64_t n) {
 namespace {
 
 bool detect() {
-  // RLPAR_DISABLE_AMX=1 (anything but empty or "0") hides the tiles from rlpar.
+  // RLPAR_DISABLE_AMX=1 (anything but empty or "0") hides the tiles from rlpar, and so does
+  // RLPAR_MAX_ISA below avx512 (the tiles' packing runs AVX-512).
   const char* off = std::getenv("RLPAR_DISABLE_AMX");
   if (off != nullptr && *off != '\0' && std::strcmp(off, "0") != 0) return false;
+  if (isa_cap() != Isa::Avx512) return false;
   unsigned a, b, c, d;
   if (__get_cpuid_max(0, nullptr) < 7) return false;
   __cpuid_count(7, 0, a, b, c, d);

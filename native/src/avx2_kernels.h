@@ -4,15 +4,16 @@
 // The vector operations on ymm registers (8 floats, a lane mask for a row's tail) that the tiles
 // of simd_tiles.h are written in, the same tiles as avx512_kernels.h's: R rows by NV vectors of
 // 8 floats. With 16 ymm registers a tile holds at most 12 accumulators (6 x 16 or 12 x 8),
-// beside the NV vectors of the shared operand and one broadcast. Only for translation units
-// built with AVX2 and FMA but no AVX-512 (see conv.cc).
+// beside the NV vectors of the shared operand and one broadcast. For translation units built
+// with AVX2 and FMA: the kernels of a build without AVX-512, and in an AVX-512 build those that
+// RLPAR_MAX_ISA=avx2 picks (see conv.cc).
 #pragma once
 
 #include <immintrin.h>
 
 #include <cstdint>
 
-namespace rlpar::layers::simd {
+namespace rlpar::layers::avx2 {
 
 constexpr int kLanes = 8;       // floats per vector
 constexpr int kMaxVectors = 2;  // output channels (or patch columns) per tile: 2 x 8 floats
@@ -64,11 +65,13 @@ inline void store_row(float* p, const __m256* v, const Mask& last) {
   }
 }
 
-}  // namespace rlpar::layers::simd
+}  // namespace rlpar::layers::avx2
 
+#define RLPAR_SIMD_NS avx2
 #include "simd_tiles.h"
+#undef RLPAR_SIMD_NS
 
-namespace rlpar::layers::simd {
+namespace rlpar::layers::avx2 {
 
 // dst[j * ldd + i] = src[i * lds + j] for a kLanes x kLanes (8 x 8) block, in registers.
 inline void transpose_block(float* dst, int64_t ldd, const float* src, int64_t lds) {
@@ -90,4 +93,4 @@ inline void transpose_block(float* dst, int64_t ldd, const float* src, int64_t l
   }
 }
 
-}  // namespace rlpar::layers::simd
+}  // namespace rlpar::layers::avx2

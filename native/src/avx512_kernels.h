@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-namespace rlpar::layers::simd {
+namespace rlpar::layers::avx512 {
 
 constexpr int kLanes = 16;      // floats per vector
 constexpr int kMaxVectors = 4;  // output channels (or patch columns) per tile: 4 x 16 floats
@@ -48,11 +48,13 @@ inline void store_row(float* p, const __m512* v, __mmask16 last) {
   _mm512_mask_storeu_ps(p + 16 * (NV - 1), last, v[NV - 1]);
 }
 
-}  // namespace rlpar::layers::simd
+}  // namespace rlpar::layers::avx512
 
+#define RLPAR_SIMD_NS avx512
 #include "simd_tiles.h"
+#undef RLPAR_SIMD_NS
 
-namespace rlpar::layers::simd {
+namespace rlpar::layers::avx512 {
 
 // dst[j * ldd + i] = src[i * lds + j] for a 16 x 16 block, in registers.
 inline void transpose16(float* dst, int64_t ldd, const float* src, int64_t lds) {
@@ -87,4 +89,4 @@ inline void transpose_block(float* dst, int64_t ldd, const float* src, int64_t l
   transpose16(dst, ldd, src, lds);
 }
 
-}  // namespace rlpar::layers::simd
+}  // namespace rlpar::layers::avx512

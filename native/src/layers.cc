@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "eigen_maps.h"
+#include "rlpar/isa.h"
 
 #if defined(__AVX512F__)
 #include "avx512_kernels.h"
@@ -21,6 +22,12 @@ namespace rlpar::layers {
 namespace {
 
 #if RLPAR_LINEAR_AVX512
+namespace simd = avx512;
+
+// True when this call runs the AVX-512 kernels below (active_isa(): see rlpar/isa.h); otherwise
+// Eigen's GEMM. Each public function asks once per call.
+bool linear_avx512() { return active_isa() == Isa::Avx512; }
+
 // Rows of w per pass of the forward: a 512 x 64 block of the weight (128 KiB) stays in L2 while
 // every row tile of the batch uses it.
 constexpr int64_t kLinearBlock = 512;
@@ -291,8 +298,11 @@ constexpr int64_t kSmallBatch = 8;
 void linear_forward(float* y, const float* x, const float* w, const float* b, int64_t batch,
                     int64_t in, int64_t out, bool relu) {
 #if RLPAR_LINEAR_AVX512
-  linear_forward_all(y, x, w, b, batch, in, out, relu, false);
-#else
+  if (linear_avx512()) {
+    linear_forward_all(y, x, w, b, batch, in, out, relu, false);
+    return;
+  }
+#endif
   MatMap Y(y, batch, out);
   ConstMatMap X(x, batch, in);
   ConstMatMap W(w, in, out);
@@ -305,14 +315,16 @@ void linear_forward(float* y, const float* x, const float* w, const float* b, in
   }
   Y.rowwise() += ConstRowVec(b, out);
   if (relu) Y = Y.cwiseMax(0.0f);
-#endif
 }
 
 void linear_forward_add(float* y, const float* x, const float* w, int64_t batch, int64_t in,
                         int64_t out) {
 #if RLPAR_LINEAR_AVX512
-  linear_forward_all(y, x, w, nullptr, batch, in, out, false, true);
-#else
+  if (linear_avx512()) {
+    linear_forward_all(y, x, w, nullptr, batch, in, out, false, true);
+    return;
+  }
+#endif
   MatMap Y(y, batch, out);
   ConstMatMap X(x, batch, in);
   ConstMatMap W(w, in, out);
@@ -321,100 +333,109 @@ void linear_forward_add(float* y, const float* x, const float* w, int64_t batch,
   } else {
     Y.noalias() += X * W;
   }
-#endif
 }
 
 void linear_weight_grad(float* dw, float* db, const float* dy, const float* x, int64_t batch,
                         int64_t in, int64_t out, int64_t part, int64_t parts,
                         const float* dy_panels) {
 #if RLPAR_LINEAR_AVX512
-  int64_t j0, j1, o0, o1;
-  split_range(in, parts, part, &j0, &j1);
-  split_range(out, parts, part, &o0, &o1);
-  if (j1 > j0 && out >= kPanelDyOut) {
-    linear_weight_grad_panels(dw, dy, x, batch, in, out, j0, j1, dy_panels);
-  } else if (j1 > j0) {
-    for_column_tiles(out, [&](auto nv, int64_t oc0) {
-      linear_weight_grad_columns<decltype(nv)::value>(dw, dy, x, batch, in, out, oc0, j0, j1);
-    });
+  if (linear_avx512()) {
+    int64_t j0, j1, o0, o1;
+    split_range(in, parts, part, &j0, &j1);
+    split_range(out, parts, part, &o0, &o1);
+    if (j1 > j0 && out >= kPanelDyOut) {
+      linear_weight_grad_panels(dw, dy, x, batch, in, out, j0, j1, dy_panels);
+    } else if (j1 > j0) {
+      for_column_tiles(out, [&](auto nv, int64_t oc0) {
+        linear_weight_grad_columns<decltype(nv)::value>(dw, dy, x, batch, in, out, oc0, j0, j1);
+      });
+    }
+    if (o1 > o0) add_column_sums(db + o0, dy + o0, batch, o1 - o0, out);
+    return;
   }
-  if (o1 > o0) add_column_sums(db + o0, dy + o0, batch, o1 - o0, out);
-#else
+#endif
   (void)parts;
   (void)dy_panels;
   if (part != 0) return;  // Eigen's GEMM computes the whole gradient in one part
   MatMap(dw, in, out).noalias() += ConstMatMap(x, batch, in).transpose() * ConstMatMap(dy, batch, out);
   add_column_sums(db, dy, batch, out, out);
-#endif
 }
 
 void linear_data_grad(float* dx, const float* dy, const float* w, int64_t batch, int64_t in,
                       int64_t out, const float* w_panels) {
 #if RLPAR_LINEAR_AVX512
-  for_column_tiles(in, [&](auto nv, int64_t j0) {
-    linear_data_grad_columns<decltype(nv)::value>(dx, dy, w, batch, in, out, j0, w_panels);
-  });
-#else
+  if (linear_avx512()) {
+    for_column_tiles(in, [&](auto nv, int64_t j0) {
+      linear_data_grad_columns<decltype(nv)::value>(dx, dy, w, batch, in, out, j0, w_panels);
+    });
+    return;
+  }
+#endif
   (void)w_panels;
   MatMap(dx, batch, in).noalias() =
       ConstMatMap(dy, batch, out) * ConstMatMap(w, in, out).transpose();
-#endif
 }
 
 int64_t linear_dx_panel_floats(int64_t in, int64_t out) {
 #if RLPAR_LINEAR_AVX512
-  return (in + 15) / 16 * 16 * out;  // each column tile's kCols x out floats (dx_block_offset)
-#else
+  if (linear_avx512()) {
+    return (in + 15) / 16 * 16 * out;  // each column tile's kCols x out floats (dx_block_offset)
+  }
+#endif
   (void)in;
   (void)out;
   return 0;
-#endif
 }
 
 void pack_linear_dx_panels(float* panels, const float* w, int64_t in, int64_t out, int64_t part,
                            int64_t parts) {
 #if RLPAR_LINEAR_AVX512
-  // The parts take contiguous runs of the column tiles (for_column_tiles' tiles of 64 columns).
-  constexpr int64_t kTile = 16 * simd::kMaxVectors;
-  int64_t t0, t1;
-  split_range((in + kTile - 1) / kTile, parts, part, &t0, &t1);
-  for (int64_t j0 = t0 * kTile; j0 < std::min(in, t1 * kTile); j0 += kTile) {
-    const int64_t cols = std::min(kTile, in - j0), kcols = (cols + 15) / 16 * 16;
-    for (int64_t k0 = 0; k0 < out; k0 += kLinearBlock) {
-      pack_dx_block(panels + dx_block_offset(j0, kcols, out, k0), kcols, w, out, j0, cols, k0,
-                    std::min(kLinearBlock, out - k0));
+  if (linear_avx512()) {
+    // The parts take contiguous runs of the column tiles (for_column_tiles' tiles of 64 columns).
+    constexpr int64_t kTile = 16 * simd::kMaxVectors;
+    int64_t t0, t1;
+    split_range((in + kTile - 1) / kTile, parts, part, &t0, &t1);
+    for (int64_t j0 = t0 * kTile; j0 < std::min(in, t1 * kTile); j0 += kTile) {
+      const int64_t cols = std::min(kTile, in - j0), kcols = (cols + 15) / 16 * 16;
+      for (int64_t k0 = 0; k0 < out; k0 += kLinearBlock) {
+        pack_dx_block(panels + dx_block_offset(j0, kcols, out, k0), kcols, w, out, j0, cols, k0,
+                      std::min(kLinearBlock, out - k0));
+      }
     }
+    return;
   }
-#else
-  (void)panels, (void)w, (void)in, (void)out, (void)part, (void)parts;
 #endif
+  (void)panels, (void)w, (void)in, (void)out, (void)part, (void)parts;
 }
 
 int64_t linear_dy_panel_floats(int64_t batch, int64_t out) {
 #if RLPAR_LINEAR_AVX512
-  if (out < kPanelDyOut) return 0;
-  return (batch + kDwSamples - 1) / kDwSamples * dy_pass_floats(out);
-#else
+  if (linear_avx512()) {
+    if (out < kPanelDyOut) return 0;
+    return (batch + kDwSamples - 1) / kDwSamples * dy_pass_floats(out);
+  }
+#endif
   (void)batch;
   (void)out;
   return 0;
-#endif
 }
 
 void pack_linear_dy_panels(float* panels, const float* dy, int64_t batch, int64_t out,
                            int64_t part, int64_t parts) {
 #if RLPAR_LINEAR_AVX512
-  if (out < kPanelDyOut) return;
-  int64_t p0, p1;  // passes of kDwSamples samples
-  split_range((batch + kDwSamples - 1) / kDwSamples, parts, part, &p0, &p1);
-  for (int64_t p = p0; p < p1; ++p) {
-    const int64_t n0 = p * kDwSamples;
-    pack_dy_pass(panels + p * dy_pass_floats(out), dy, n0, std::min(kDwSamples, batch - n0),
-                 out);
+  if (linear_avx512()) {
+    if (out < kPanelDyOut) return;
+    int64_t p0, p1;  // passes of kDwSamples samples
+    split_range((batch + kDwSamples - 1) / kDwSamples, parts, part, &p0, &p1);
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t n0 = p * kDwSamples;
+      pack_dy_pass(panels + p * dy_pass_floats(out), dy, n0, std::min(kDwSamples, batch - n0),
+                   out);
+    }
+    return;
   }
-#else
-  (void)panels, (void)dy, (void)batch, (void)out, (void)part, (void)parts;
 #endif
+  (void)panels, (void)dy, (void)batch, (void)out, (void)part, (void)parts;
 }
 
 namespace {

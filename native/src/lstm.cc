@@ -11,6 +11,7 @@
 
 #include "eigen_maps.h"
 #include "rlpar/amx.h"
+#include "rlpar/isa.h"
 #include "rlpar/layers.h"
 
 namespace rlpar::lstm {
@@ -48,8 +49,8 @@ inline Packet tanh16(Packet x) { return Eigen::internal::ptanh(x); }
 
 // a: [N, 4H] pre-activations -> activated gates (in place); c = f * cp + i * g; tc = tanh(c);
 // h = o * tc.
-void cell_forward(float* a, const float* cp, float* c, float* tc, float* h, int64_t n_rows,
-                  int64_t hidden) {
+void cell_forward_avx512(float* a, const float* cp, float* c, float* tc, float* h,
+                         int64_t n_rows, int64_t hidden) {
   const int64_t H = hidden;
   for (int64_t n = 0; n < n_rows; ++n) {
     float* an = a + n * 4 * H;
@@ -77,8 +78,9 @@ void cell_forward(float* a, const float* cp, float* c, float* tc, float* h, int6
 // One step of backward through the cell, one pass over each row: dc += dh * o * (1 - tc^2)
 // (dh plus the recurrent dh_in, when not null); the gates' gradients into da; then dc *= f
 // (what flows into step t - 1).
-void cell_backward(const float* a, const float* cp, const float* tc, const float* dh,
-                   const float* dh_in, float* dc, float* da, int64_t n_rows, int64_t hidden) {
+void cell_backward_avx512(const float* a, const float* cp, const float* tc, const float* dh,
+                          const float* dh_in, float* dc, float* da, int64_t n_rows,
+                          int64_t hidden) {
   const int64_t H = hidden;
   const Packet one = _mm512_set1_ps(1.0f);
   for (int64_t n = 0; n < n_rows; ++n) {
@@ -109,8 +111,10 @@ void cell_backward(const float* a, const float* cp, const float* tc, const float
     }
   }
 }
-#else
-// The same two functions on Eigen's array expressions (builds without AVX-512).
+#endif
+
+// The same two functions on Eigen's array expressions (builds without AVX-512, and
+// RLPAR_MAX_ISA below avx512).
 using Strided = Eigen::Map<Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,
                            Eigen::OuterStride<>>;
 using Arr = Eigen::Map<Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
@@ -122,8 +126,8 @@ Strided gate(float* block, int64_t rows, int64_t h, int k) {
   return Strided(block + k * h, rows, h, Eigen::OuterStride<>(4 * h));
 }
 
-void cell_forward(float* a, const float* cp, float* c, float* tc, float* h, int64_t N,
-                  int64_t H) {
+void cell_forward_eigen(float* a, const float* cp, float* c, float* tc, float* h, int64_t N,
+                        int64_t H) {
   gate(a, N, H, 0) = gate(a, N, H, 0).logistic();
   gate(a, N, H, 1) = gate(a, N, H, 1).logistic();
   gate(a, N, H, 2) = gate(a, N, H, 2).tanh();
@@ -134,8 +138,9 @@ void cell_forward(float* a, const float* cp, float* c, float* tc, float* h, int6
   Arr(h, N, H) = gate(a, N, H, 3) * t;
 }
 
-void cell_backward(const float* a_in, const float* cp, const float* tc_in, const float* dh,
-                   const float* dh_in, float* dc, float* da, int64_t N, int64_t H) {
+void cell_backward_eigen(const float* a_in, const float* cp, const float* tc_in,
+                         const float* dh, const float* dh_in, float* dc, float* da, int64_t N,
+                         int64_t H) {
   float* a = const_cast<float*>(a_in);  // read only: Strided maps are mutable
   Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> dht = ConstArr(dh, N, H);
   if (dh_in != nullptr) dht += ConstArr(dh_in, N, H);
@@ -149,7 +154,25 @@ void cell_backward(const float* a_in, const float* cp, const float* tc_in, const
   gate(da, N, H, 3) = dht * tc * o * (1.0f - o);
   dct *= f;
 }
+
+// The cell of one step on the kernels active_isa() picks (rlpar/isa.h).
+void cell_forward(float* a, const float* cp, float* c, float* tc, float* h, int64_t N,
+                  int64_t H) {
+#if defined(__AVX512F__)
+  if (active_isa() == Isa::Avx512) return cell_forward_avx512(a, cp, c, tc, h, N, H);
 #endif
+  cell_forward_eigen(a, cp, c, tc, h, N, H);
+}
+
+void cell_backward(const float* a, const float* cp, const float* tc, const float* dh,
+                   const float* dh_in, float* dc, float* da, int64_t N, int64_t H) {
+#if defined(__AVX512F__)
+  if (active_isa() == Isa::Avx512) {
+    return cell_backward_avx512(a, cp, tc, dh, dh_in, dc, da, N, H);
+  }
+#endif
+  cell_backward_eigen(a, cp, tc, dh, dh_in, dc, da, N, H);
+}
 
 // The bf16x3 backward's B scratch: Wh^T [4H, H] and Wx^T [4H, in] packed once, then dG [T N, 4H]
 // packed step by step (elements from amx.b).

@@ -1,16 +1,16 @@
 // Internal: the register-blocked GEMM tiles shared by the conv and linear layers, written once
 // for both vector widths. Include it only through avx512_kernels.h or avx2_kernels.h, which
-// define, in namespace rlpar::layers::simd, the vector type `Vec` (kLanes floats), the tail
-// `Mask` of a row's last vector, vzero/vbroadcast/vfmadd/vadd/vmax and load_row/store_row.
+// define, in namespace rlpar::layers::avx512 or ::avx2 (RLPAR_SIMD_NS while they include this
+// file; both in one translation unit of an AVX-512 build), the vector type `Vec` (kLanes floats),
+// the tail `Mask` of a row's last vector, vzero/vbroadcast/vfmadd/vadd/vmax and
+// load_row/store_row. No include guard: each of those headers has one.
 //
 // Each tile computes one block of a GEMM with its accumulators in registers: R rows (output
 // positions, samples or patch rows) by NV vectors; the last vector of a row is masked, so any
 // column count works.
-#pragma once
-
 #include <cstdint>
 
-namespace rlpar::layers::simd {
+namespace rlpar::layers::RLPAR_SIMD_NS {
 
 struct FwdArgs {
   const float* const* a;  // [R] patch starts
@@ -187,4 +187,4 @@ inline void dx_tile_n(int64_t rows, const DxArgs& g) {
   }
 }
 
-}  // namespace rlpar::layers::simd
+}  // namespace rlpar::layers::RLPAR_SIMD_NS

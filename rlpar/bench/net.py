@@ -226,8 +226,9 @@ def bench_net(quick: bool = False) -> dict:
          `rlpar.bench.conv.bench_conv`,
          "gil_release_threshold_flops": float, "torch_threads": 1, "numpy_blas_threads": 1,
          "ratios": {...}, "background_load_cores": float,
-         "kernels": "avx512" | "avx2" | "" (the conv and Linear kernels this build has: AVX-512,
-         AVX2 + FMA for conv, or Eigen alone), "amx": bool}
+         "kernels": "avx512" | "avx2" | "" (the conv and Linear kernels that ran: AVX-512,
+         AVX2 + FMA for conv, or Eigen alone; see RLPAR_MAX_ISA), "amx": bool,
+         "cpu_info": `rlpar.cpu_info()` (CPU model and flags, the build's -march, ...)}
 
     ``mlp`` is ``mlp_spec(4, [Categorical(2), Value()])`` (batches 1, 32, 256), ``conv`` the
     Nature-DQN torso on uint8 frames ``[84, 84, 4]`` (batches 1, 32). Thread scaling and the
@@ -256,6 +257,7 @@ def bench_net(quick: bool = False) -> dict:
     result["background_load_cores"] = load.cores
     result["kernels"] = _native.simd_kernels()
     result["amx"] = rlpar.amx_available()
+    result["cpu_info"] = rlpar.cpu_info()
     return result
 
 
@@ -285,8 +287,10 @@ def _net_ratios(r: dict) -> dict:
 def format_net(r: dict) -> str:
     """A readable table of a `bench_net` result."""
     kernels = {"avx512": "AVX-512 (conv, Linear)", "avx2": "AVX2 + FMA (conv)", "": "Eigen only"}
+    cap = r.get("cpu_info", {}).get("max_isa")
     lines = [f"kernels: {kernels.get(r.get('kernels', ''), r.get('kernels'))}"
-             f"{', AMX' if r.get('amx') else ''}", "forward, µs per call (median)"]  # fmt: skip
+             f"{', AMX' if r.get('amx') else ''}{f' (RLPAR_MAX_ISA={cap})' if cap else ''}",
+             "forward, µs per call (median)"]  # fmt: skip
     for net, by_impl in r["forward_us"].items():
         batches = list(by_impl["native"])
         lines.append(f"  {net:<5} {'batch':>8}" + "".join(f"{b:>10}" for b in batches))

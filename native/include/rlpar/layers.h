@@ -64,9 +64,9 @@ int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad);
 // Floats of scratch that conv2d_forward (backward = false) or the backward calls need for
 // `batch` samples (may be 0).
 int64_t conv2d_scratch_floats(const ConvShape& s, int64_t batch, bool backward);
-// Which micro-kernels the conv layer runs: "avx512" (a build for a CPU with AVX-512; Linear
-// runs AVX-512 kernels too), "avx2" (AVX2 + FMA and no AVX-512; Linear stays on Eigen), or ""
-// for the portable im2col + Eigen GEMM path.
+// Which micro-kernels the conv layer runs (rlpar::active_isa(), rlpar/isa.h): "avx512" (Linear
+// and the LSTM cell run AVX-512 kernels too), "avx2" (AVX2 + FMA: a build without AVX-512, or
+// RLPAR_MAX_ISA=avx2; Linear stays on Eigen), or "" for the portable im2col + Eigen GEMM path.
 const char* conv2d_simd_kernels();
 
 // x: [B, H, W, C], w: [K, K, C, OC], b: [OC] -> y: [B, OH, OW, OC], then max(y, 0) if `relu`.
