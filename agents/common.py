@@ -129,10 +129,7 @@ def _torso_spec(obs_space: gym.Space, action_space: gym.Space, cfg: NetConfig) -
                 hidden=cfg.conv_hidden,
                 input_scale=1 / 255 if frames else 1.0,
             )
-        layers: list = []
-        for oc, k, s in cfg.conv:
-            layers += [rlpar.Conv2d(oc, k, s), rlpar.ReLU()]
-        layers += [rlpar.Flatten(), rlpar.Linear(cfg.conv_hidden), rlpar.ReLU()]
+        layers = [*_conv_layers(cfg), rlpar.Linear(cfg.conv_hidden), rlpar.ReLU()]
         return rlpar.NetSpec(
             input_shape=shape,
             layers=layers,
@@ -143,6 +140,14 @@ def _torso_spec(obs_space: gym.Space, action_space: gym.Space, cfg: NetConfig) -
     raise ValueError(
         f"unsupported observation shape {shape}: expected a vector (D,) or an image (H, W, C)"
     )
+
+
+def _conv_layers(cfg: NetConfig) -> list:
+    """The conv torso of ``cfg.conv`` (a ReLU after each conv), flattened."""
+    layers: list = []
+    for oc, k, s in cfg.conv:
+        layers += [rlpar.Conv2d(oc, k, s), rlpar.ReLU()]
+    return [*layers, rlpar.Flatten()]
 
 
 def _per_leaf_spec(
@@ -162,11 +167,8 @@ def _per_leaf_spec(
         if run:
             branches.append(rlpar.Branch((run,)))
             run = 0
-        conv: list = []
-        for oc, k, s in cfg.conv:
-            conv += [rlpar.Conv2d(oc, k, s), rlpar.ReLU()]
         shape = tuple(int(d) for d in leaf.space.shape or ())
-        branches.append(rlpar.Branch(shape, [*conv, rlpar.Flatten()]))
+        branches.append(rlpar.Branch(shape, _conv_layers(cfg)))
     if run:
         branches.append(rlpar.Branch((run,)))
     act = rlpar.Tanh if activation == "tanh" else rlpar.ReLU
